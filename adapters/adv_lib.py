@@ -1,0 +1,73 @@
+"""adv-lib: each attack is already ``attack(model, inputs, labels, targeted=False, **kw)``.
+
+Targets go in the ``labels`` argument with ``targeted=True``. Steps are chosen so one run fits
+the 2000-query budget (one forward and one backward per step for most attacks); fixed-ε
+attacks take a per-sample ε tensor.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from torch import Tensor, nn
+
+from .spec import AttackSpec
+
+LIBRARY = "adv_lib"
+P = {"l0": 0, "l1": 1, "l2": 2, "linf": float("inf")}
+
+
+def _minimal(fn, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
+             targets: Tensor | None = None, **params: Any) -> Tensor:
+    return fn(model, inputs, targets if targeted else labels, targeted=targeted, **params)
+
+
+def _fixed(fn, eps_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps,
+           targeted: bool = False, targets: Tensor | None = None, **params: Any) -> Tensor:
+    if isinstance(eps, Tensor):
+        eps = eps.to(inputs.device, inputs.dtype)
+    return fn(model, inputs, targets if targeted else labels, targeted=targeted,
+              **{eps_name: eps}, **params)
+
+
+def specs() -> list[AttackSpec]:
+    from adv_lib import attacks as A
+
+    out: list[AttackSpec] = []
+
+    def minimal(name, fn, family, spec_norm, steps_param="", targeted_support=True, **params):
+        out.append(AttackSpec(LIBRARY, name, family, spec_norm, "minimal", params,
+                              partial(_minimal, fn, **params), targeted_support=targeted_support,
+                              steps_param=steps_param))
+
+    def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", **params):
+        out.append(AttackSpec(LIBRARY, name, family, spec_norm, "fixed", params,
+                              partial(_fixed, fn, eps_name, **params), per_sample_eps=True,
+                              steps_param=steps_param, variant=variant))
+
+    for norm in ("l0", "l1", "l2", "linf"):
+        minimal("fmn", A.fmn, "fmn", norm, "steps", norm=P[norm], steps=500)
+        minimal("pdpgd", A.pdpgd, "pdpgd", norm, "num_steps", norm=P[norm], num_steps=500)
+    minimal("ddn", A.ddn, "ddn", "l2", "steps", steps=500)
+    minimal("pdgd", A.pdgd, "pdgd", "l2", "num_steps", num_steps=500)
+    for norm in ("l1", "l2"):
+        minimal("alma", A.alma, "alma", norm, "num_steps", distance=norm, num_steps=500)
+    for norm in ("l1", "l2", "linf"):
+        # adv-lib's FAB with targeted=True warns and returns the input unchanged
+        minimal("fab", A.fab, "fab", norm, "n_iter", targeted_support=False, norm=P[norm], n_iter=100)
+        fixed("apgd", A.apgd, "apgd", norm, "eps", "n_iter", norm=P[norm], n_iter=100, loss_function="dlr")
+        fixed("apgd", A.apgd, "apgd", norm, "eps", "n_iter", norm=P[norm], n_iter=100, loss_function="ce",
+              variant="ce")
+        fixed("apgd_targeted", A.apgd_targeted, "apgd_t", norm, "eps", "n_iter", norm=P[norm], n_iter=100,
+              num_targets=3)
+    for norm in ("l2", "linf"):
+        minimal("df", A.df, "deepfool", norm, "steps", targeted_support=False, norm=P[norm], steps=50)
+        minimal("tr", A.tr, "tr", norm, "iter", targeted_support=False, p=P[norm], iter=50)
+    minimal("carlini_wagner_l2", A.carlini_wagner_l2, "cw", "l2", "max_iterations",
+            binary_search_steps=9, max_iterations=100)
+    minimal("carlini_wagner_linf", A.carlini_wagner_linf, "cw", "linf", "max_iterations",
+            max_iterations=40)
+    minimal("vfga", A.vfga, "vfga", "l0", "max_iter", max_iter=20)
+    minimal("sigma_zero", A.sigma_zero, "sigma_zero", "l0", "num_steps", num_steps=500)
+    fixed("pgd_linf", A.pgd_linf, "pgd", "linf", "ε", "steps", steps=100)
+    return out

@@ -1,0 +1,92 @@
+"""Evaluation data: the embedded digits set and the hashed evaluation subset.
+
+Every job of a run sees the same subset; its SHA-256 over the exact input bytes and labels is
+recorded so two runs can prove they attacked the same samples.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import Tensor
+
+#: fixed split of scikit-learn's 1,797 digits: 70% train, 30% test, stratified
+DIGITS_SPLIT_SEED = 0
+DIGITS_TEST_FRACTION = 0.3
+
+
+@dataclass(frozen=True)
+class Subset:
+    """The samples a run attacks. ``inputs``: N×C×H×W float32 in [0, 1]; ``labels``: N int64."""
+
+    dataset: str
+    indices: np.ndarray
+    inputs: Tensor
+    labels: Tensor
+    hash: str
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@lru_cache(maxsize=None)
+def _digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = digits.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=DIGITS_TEST_FRACTION,
+                                              random_state=DIGITS_SPLIT_SEED, stratify=y)
+    return x_tr, y_tr, x_te, y_te
+
+
+def digits(split: str = "test") -> tuple[Tensor, Tensor]:
+    """The 8×8 digits as (N×1×8×8 float32 in [0, 1], N int64); ``split`` is train or test."""
+    x_tr, y_tr, x_te, y_te = _digits_split()
+    if split == "train":
+        return torch.from_numpy(x_tr.copy()), torch.from_numpy(y_tr.copy())
+    if split == "test":
+        return torch.from_numpy(x_te.copy()), torch.from_numpy(y_te.copy())
+    raise ValueError(f"digits split {split!r} does not exist; use 'train' or 'test'")
+
+
+def subset_hash(inputs: Tensor, labels: Tensor) -> str:
+    """SHA-256 over the exact float32 input bytes, the shape and the int64 labels."""
+    h = hashlib.sha256()
+    x = inputs.detach().cpu().contiguous().to(torch.float32).numpy()
+    h.update(repr(tuple(x.shape)).encode())
+    h.update(x.tobytes())
+    h.update(labels.detach().cpu().to(torch.int64).numpy().tobytes())
+    return h.hexdigest()
+
+
+def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset: str) -> Subset:
+    """Choose ``size`` samples by ``seed`` (sorted indices, without replacement) and hash them."""
+    n = len(labels)
+    if size <= 0:
+        raise ValueError(f"--samples must be positive, got {size}")
+    size = min(size, n)
+    indices = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    idx = torch.from_numpy(indices)
+    x, y = inputs[idx].contiguous(), labels[idx].contiguous()
+    return Subset(dataset, indices, x, y, subset_hash(x, y))
+
+
+def load_subset(dataset: str, size: int, seed: int) -> Subset:
+    """The evaluation subset of a named dataset (``digits`` is embedded)."""
+    if dataset == "digits":
+        x, y = digits("test")
+        return select_subset(x, y, size, seed, dataset)
+    raise ValueError(f"unknown dataset {dataset!r}; the embedded one is 'digits'")
+
+
+def random_targets(labels: Tensor, num_classes: int, seed: int) -> Tensor:
+    """Seeded target classes, each different from its sample's label."""
+    g = torch.Generator().manual_seed(seed)
+    offset = torch.randint(1, num_classes, (len(labels),), generator=g)
+    return (labels.cpu() + offset) % num_classes

@@ -1,0 +1,34 @@
+"""Perturbation sizes under the four norms, on flattened rows."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: a coordinate changed by less than this does not count towards L0 (float round-trips through
+#: numpy/float32 leave ~1e-8 noise; the smallest real change on 8-bit data is 1/255)
+L0_TOLERANCE = 1e-6
+
+TORCH_P = {"l0": 0.0, "l1": 1.0, "l2": 2.0, "linf": float("inf")}
+
+
+def lp_norm(delta: Tensor, norm: str) -> Tensor:
+    """Per-row size of ``delta`` (N×D or N×C×H×W) under ``norm``; returns N."""
+    flat = delta.reshape(delta.shape[0], -1)
+    if norm == "l0":
+        return (flat.abs() > L0_TOLERANCE).sum(1).to(flat.dtype)
+    if norm == "l1":
+        return flat.abs().sum(1)
+    if norm == "l2":
+        return flat.norm(p=2, dim=1)
+    if norm == "linf":
+        return flat.abs().amax(1) if flat.shape[1] else flat.new_zeros(flat.shape[0])
+    raise ValueError(f"unknown norm {norm!r}; use one of l0, l1, l2, linf")
+
+
+def pairwise_distance(rows: Tensor, originals: Tensor, norm: str) -> Tensor:
+    """B×N distances between flattened ``rows`` (B×D) and ``originals`` (N×D).
+
+    L0 uses L1 for attribution: a count of changed coordinates ties too easily under float noise.
+    """
+    p = 1.0 if norm == "l0" else TORCH_P[norm]
+    return torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p).squeeze(0)

@@ -1,0 +1,224 @@
+"""One job: one model × one attack implementation (one norm) on the run's subset.
+
+``execute_job`` is a pure function of its ``Job``: it loads the model, data and spec itself,
+attacks through a QueryTracker, re-checks what came back on the unwrapped model, and returns the
+per-sample rows. A crashing or misbehaving attack becomes rows with ``status`` and ``error``;
+whatever the tracker saw before the failure is kept.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from .distance import lp_norm
+from .minimal import minimal_search
+from .tracker import BOX_TOLERANCE, QueryTracker
+
+ROW_COLUMNS = [
+    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
+    "library", "library_version", "attack", "implementation", "family", "norm", "kind",
+    "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
+    "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
+    "returned_adversarial", "status", "error", "wall_s",
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs to run one job, picklable and hashable."""
+
+    run: str
+    model: str
+    spec_key: str
+    dataset: str = "digits"
+    samples: int = 32
+    seed: int = 0
+    budget: int = 2000
+    targeted: bool = False
+    device: str = "cpu"
+    batch_size: int = 0  # 0: the whole subset in one batch
+    plugins: tuple[str, ...] = field(default=())
+    model_source: str = ""  # empty: the embedded zoo
+
+    @property
+    def job_id(self) -> str:
+        blob = json.dumps(asdict(self) | {"run": ""}, sort_keys=True).encode()
+        safe = "".join(c if c.isalnum() else "-" for c in f"{self.model}__{self.spec_key}")
+        return f"{safe}__{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+def one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def output_problem(adv: object, inputs: Tensor) -> str:
+    """Why an attack's return value is invalid, or '' when it is a proper adversarial batch."""
+    if not isinstance(adv, Tensor):
+        return f"returned {type(adv).__name__}, expected a torch.Tensor"
+    if adv.shape != inputs.shape:
+        return f"returned shape {tuple(adv.shape)}, expected {tuple(inputs.shape)}"
+    if not adv.dtype.is_floating_point:
+        return f"returned dtype {adv.dtype}, expected a floating-point tensor"
+    if not torch.isfinite(adv).all():
+        return f"returned {int((~torch.isfinite(adv)).flatten(1).any(1).sum())} samples with NaN or inf"
+    lo, hi = float(adv.min()), float(adv.max())
+    if lo < -BOX_TOLERANCE or hi > 1 + BOX_TOLERANCE:
+        return f"returned values in [{lo:.4g}, {hi:.4g}], outside the [0, 1] box"
+    return ""
+
+
+def is_adversarial(model: nn.Module, x: Tensor, labels: Tensor, targets: Tensor | None) -> Tensor:
+    """The harness's own success check on the unwrapped model (never the library's flag)."""
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    return pred == targets if targets is not None else pred != labels
+
+
+def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
+                        targets: Tensor | None = None) -> tuple[QueryTracker, object, str]:
+    """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
+
+    Fixed-ε specs go through the minimal-ε search. An exception becomes the error line; the
+    tracker keeps what it saw before it.
+    """
+    targeted = targets is not None
+    tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
+                           targets=targets)
+    kw = {"targeted": True, "targets": targets} if targeted else {}
+    try:
+        if spec.kind == "minimal":
+            returned = spec.run(tracker, inputs, labels, **kw)
+        else:
+            def attack(idx: Tensor, x: Tensor, eps):
+                sub_kw = {"targeted": True, "targets": targets[idx]} if targeted else {}
+                adv = spec.run(tracker, x, labels[idx], eps=eps, **sub_kw)
+                problem = output_problem(adv, x)
+                if problem:
+                    raise InvalidOutput(problem)
+                return adv
+
+            def success(x: Tensor, idx: Tensor) -> Tensor:
+                return is_adversarial(model, x, labels[idx], targets[idx] if targeted else None)
+
+            returned = minimal_search(attack, inputs, spec.norm, success, lambda: tracker.queries,
+                                      budget, per_sample_eps=spec.per_sample_eps)
+    except InvalidOutput as exc:
+        return tracker, None, f"invalid: {exc}"
+    except Exception as exc:
+        return tracker, None, one_line(exc)
+    return tracker, returned, ""
+
+
+class InvalidOutput(Exception):
+    """An attack returned something that is not a valid adversarial batch."""
+
+
+def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, targets: Tensor | None,
+             log=None) -> pd.DataFrame:
+    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows."""
+    seed_everything(job.seed)
+    device = torch.device(job.device)
+    inputs, labels = subset.inputs.to(device), subset.labels.to(device)
+    tgt = targets.to(device) if targets is not None else None
+    model = model.to(device).eval()
+    start = time.perf_counter()
+    batches = _batches(len(labels), job.batch_size)
+    trackers, returned_parts, errors = [], [], []
+    for sl in batches:
+        tracker, returned, error = attack_with_tracker(
+            spec, model, inputs[sl], labels[sl], budget=job.budget,
+            targets=tgt[sl] if tgt is not None else None)
+        if error and log is not None:
+            log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
+        trackers.append(tracker)
+        returned_parts.append(returned)
+        errors.append(error)
+    wall = time.perf_counter() - start
+
+    frames = []
+    for sl, tracker, returned, error in zip(batches, trackers, returned_parts, errors):
+        x, y = inputs[sl], labels[sl]
+        t = tgt[sl] if tgt is not None else None
+        status = "ok"
+        if error:
+            status = "invalid" if error.startswith("invalid: ") else "crash"
+            error = error.removeprefix("invalid: ")
+        elif (problem := output_problem(returned, x)):
+            status, error = "invalid", problem
+        n = len(y)
+        ret_adv = np.zeros(n, dtype=bool)
+        ret_dist = np.full(n, np.inf)
+        if status == "ok":
+            adv = returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
+            ok = is_adversarial(model, adv, y, t)
+            ret_adv = ok.cpu().numpy()
+            dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
+            ret_dist = np.where(ret_adv, dist, np.inf)
+        best = tracker.best_adversarial - x
+        found = torch.isfinite(tracker.best_distance).cpu().numpy()
+        frame = pd.DataFrame({
+            "sample": subset.indices[sl.start:sl.stop],
+            "label": y.cpu().numpy(),
+            "clean_correct": tracker.clean_correct.cpu().numpy(),
+            "target": t.cpu().numpy() if t is not None else np.full(n, -1),
+            "forwards": tracker.forwards.cpu().numpy(),
+            "backwards": tracker.backwards.cpu().numpy(),
+            "refused": tracker.refused.cpu().numpy(),
+            "best_distance": tracker.best_distance.cpu().numpy().astype(float),
+            **{f"best_{nm}": np.where(found, lp_norm(best, nm).cpu().numpy().astype(float), np.inf)
+               for nm in ("l0", "l1", "l2", "linf")},
+            "returned_distance": ret_dist,
+            "returned_adversarial": ret_adv,
+            "status": status,
+            "error": error,
+        })
+        frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.assign(
+        run=job.run, job_id=job.job_id, model=job.model, dataset=subset.dataset,
+        subset_hash=subset.hash, library=spec.library, library_version=library_version,
+        attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm, kind=spec.kind,
+        params_hash=spec.params_hash, params=json.dumps(dict(spec.params), sort_keys=True, default=str),
+        targeted=job.targeted, budget=job.budget, wall_s=wall)
+    return rows[ROW_COLUMNS]
+
+
+def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_version: str = "",
+                 clean_correct: np.ndarray | None = None) -> pd.DataFrame:
+    """Rows for a job that produced nothing (worker died, timed out, spec missing)."""
+    implementation, _, norm = job.spec_key.rpartition("/")
+    library, _, name = implementation.partition("/")
+    return pd.DataFrame({
+        "run": job.run, "job_id": job.job_id, "model": job.model, "dataset": subset.dataset,
+        "subset_hash": subset.hash, "sample": subset.indices, "label": subset.labels.numpy(),
+        "clean_correct": clean_correct if clean_correct is not None else False,
+        "library": library, "library_version": library_version, "attack": name.split(":")[0],
+        "implementation": implementation, "family": spec.family if spec else "", "norm": norm,
+        "kind": spec.kind if spec else "", "params_hash": spec.params_hash if spec else "",
+        "params": json.dumps(dict(spec.params), sort_keys=True, default=str) if spec else "{}",
+        "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
+        "refused": 0, "best_distance": np.inf, "best_l0": np.inf, "best_l1": np.inf, "best_l2": np.inf,
+        "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
+        "status": status, "error": error, "wall_s": 0.0,
+    })[ROW_COLUMNS]
+
+
+def _batches(n: int, batch_size: int) -> list[slice]:
+    size = batch_size if batch_size and batch_size > 0 else n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]

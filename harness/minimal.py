@@ -1,0 +1,72 @@
+"""Minimal-ε search: turns a fixed-budget attack (``kind="fixed"``) into a minimal one.
+
+Per sample: start at a norm-specific ε, double until the attack succeeds, then bisect between
+the largest failing and the smallest successful ε, all inside the one query budget the
+QueryTracker enforces. The adversarial found at the smallest successful ε is returned.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .distance import lp_norm
+
+#: starting ε per norm, for inputs in [0, 1]
+EPS_START = {"l0": 4.0, "l1": 2.0, "l2": 0.5, "linf": 0.03}
+#: bisection stops when (hi - lo) / hi falls below this
+RELATIVE_PRECISION = 1 / 64
+#: a returned point may exceed ε by this much (relative) and still count as inside the ball
+EPS_SLACK = 1e-3
+
+SuccessCheck = Callable[[Tensor, Tensor], Tensor]  # (adversarial rows, sample indices) -> bool mask
+
+
+def eps_ceiling(norm: str, dim: int) -> float:
+    """The largest ε worth trying: the diameter of the [0, 1] box under ``norm``."""
+    return {"l0": float(dim), "l1": float(dim), "l2": float(dim) ** 0.5, "linf": 1.0}[norm]
+
+
+def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: Tensor, norm: str,
+                   is_success: SuccessCheck, queries: Callable[[], Tensor], budget: int,
+                   per_sample_eps: bool = False, max_rounds: int = 24,
+                   eps_start: float | None = None) -> Tensor:
+    """Smallest-ε adversarials found by ``attack(idx, x, eps)`` (``eps`` a float or an |idx| tensor).
+
+    ``queries()`` returns the per-sample queries spent so far (the tracker's counts); a sample is
+    no longer attacked once its remaining budget is below what one call has cost it. Returns the
+    adversarial at the smallest successful ε per sample (the input itself where none succeeded).
+    Exceptions from ``attack`` propagate: the caller records them.
+    """
+    n, dim = len(inputs), inputs[0].numel()
+    ceiling = eps_ceiling(norm, dim)
+    eps = torch.full((n,), float(eps_start or EPS_START[norm]))
+    lo = torch.zeros(n)
+    hi = torch.full((n,), float("inf"))
+    best = inputs.clone()
+    cost = torch.zeros(n)  # most queries one call has cost each sample
+    active = ~is_success(inputs, torch.arange(n))
+    for _ in range(max_rounds):
+        remaining = budget - queries().cpu().float()
+        active &= remaining > cost
+        if not active.any():
+            break
+        groups = [torch.nonzero(active).squeeze(1)] if per_sample_eps else [
+            torch.nonzero(active & (eps == e)).squeeze(1) for e in torch.unique(eps[active])]
+        for idx in groups:
+            before = queries().cpu().clone()
+            e = eps[idx] if per_sample_eps else float(eps[idx[0]])
+            adv = attack(idx, inputs[idx], e).detach()
+            cost[idx] = torch.maximum(cost[idx], (queries().cpu() - before)[idx].float())
+            dist = lp_norm((adv - inputs[idx]).float(), norm).cpu()
+            ok = is_success(adv, idx).cpu() & (dist <= eps[idx] * (1 + EPS_SLACK) + 1e-6)
+            hi[idx[ok]] = torch.minimum(hi[idx[ok]], eps[idx[ok]])
+            lo[idx[~ok]] = torch.maximum(lo[idx[~ok]], eps[idx[~ok]])
+            best[idx[ok]] = adv[ok].to(best.dtype)
+        unbounded = torch.isinf(hi)
+        eps = torch.where(unbounded, eps * 2, (lo + hi) / 2)
+        done = (~unbounded & ((hi - lo) / hi < RELATIVE_PRECISION)) | (unbounded & (lo >= ceiling))
+        eps = eps.clamp(max=ceiling)
+        active &= ~done
+    return best

@@ -1,0 +1,1 @@
+def load_run(path): raise NotImplementedError

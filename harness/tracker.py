@@ -1,0 +1,154 @@
+"""QueryTracker: the one model wrapper every adapter calls.
+
+It counts forwards and backwards per original sample, caps them at one budget, and keeps the
+best (smallest) adversarial seen within that budget. Rows are attributed to the nearest original
+(under the job's norm), so attacks that subset, reorder or repeat the batch are counted right.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .distance import lp_norm, pairwise_distance
+
+#: an input coordinate outside [0, 1] by more than this makes a row ineligible as "best"
+BOX_TOLERANCE = 1e-5
+#: logit scale of the non-adversarial answer given to queries past the budget
+REFUSAL_SCALE = 1e4
+
+
+class QueryTracker(nn.Module):
+    """Wrap ``model`` for one job on ``inputs`` (N×C×H×W in [0, 1]) and ``labels`` (N).
+
+    Attributes after the attack (all length N, on ``inputs.device``):
+    ``forwards``, ``backwards`` (queries within the budget), ``refused`` (queries past it),
+    ``best_adversarial`` (N×C×H×W), ``best_distance`` (inf where none was found, 0 where the
+    clean input already is adversarial), ``clean_correct``.
+    """
+
+    def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
+                 budget: int = 2000, targeted: bool = False, targets: Tensor | None = None) -> None:
+        super().__init__()
+        if targeted and targets is None:
+            raise ValueError("a targeted QueryTracker needs targets")
+        self.model = model.eval()
+        self.norm = norm
+        self.budget = int(budget)
+        self.targeted = targeted
+        self.inputs = inputs.detach()
+        self.labels = labels.detach()
+        self.targets = targets.detach() if targets is not None else None
+        self._flat = self.inputs.reshape(len(inputs), -1)
+        n = len(inputs)
+        device = inputs.device
+        self.forwards = torch.zeros(n, dtype=torch.long, device=device)
+        self.backwards = torch.zeros(n, dtype=torch.long, device=device)
+        self.refused = torch.zeros(n, dtype=torch.long, device=device)
+        self.best_adversarial = self.inputs.clone()
+        self.best_distance = torch.full((n,), float("inf"), device=device)
+        with torch.no_grad():
+            logits = self.model(self.inputs)
+        self.num_classes = logits.shape[1]
+        self.clean_correct = logits.argmax(1) == self.labels
+        self.best_distance[self._is_adversarial(logits, torch.arange(n, device=device))] = 0.0
+        # A row closer to original i than half the distance from i to any other original is
+        # certainly nearest to i: this lets the common case (the whole batch, in order) skip
+        # the B×N distance matrix.
+        if n > 1:
+            sep = pairwise_distance(self._flat, self._flat, norm)
+            sep.fill_diagonal_(float("inf"))
+            self._half_separation = sep.amin(1) / 2
+        else:
+            self._half_separation = torch.full((n,), float("inf"), device=device)
+        refusal = torch.nn.functional.one_hot(self.labels, self.num_classes).float()
+        if targeted:
+            refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
+        self._refusal = refusal * REFUSAL_SCALE
+
+    # -- attribution -----------------------------------------------------------------------
+    def attribute(self, rows: Tensor) -> Tensor:
+        """Index of the nearest original for each flattened row (B×D) -> B."""
+        b, n = rows.shape[0], self._flat.shape[0]
+        rows = rows.to(self._flat.dtype)
+        idx = torch.empty(b, dtype=torch.long, device=rows.device)
+        unresolved = torch.ones(b, dtype=torch.bool, device=rows.device)
+        if b == n:
+            own = lp_norm(rows - self._flat, "l1" if self.norm == "l0" else self.norm)
+            ok = own < self._half_separation
+            idx[ok] = torch.arange(n, device=rows.device)[ok]
+            unresolved = ~ok
+        if unresolved.any():
+            dist = pairwise_distance(rows[unresolved], self._flat, self.norm)
+            idx[unresolved] = dist.argmin(1)
+        return idx
+
+    @staticmethod
+    def _rank_within_batch(idx: Tensor) -> Tensor:
+        """For each row, how many earlier rows of the batch belong to the same sample."""
+        order = torch.argsort(idx, stable=True)
+        sorted_idx = idx[order]
+        pos = torch.arange(len(idx), device=idx.device)
+        first = torch.full((int(idx.max()) + 1,), len(idx), dtype=torch.long, device=idx.device)
+        first.scatter_reduce_(0, sorted_idx, pos, reduce="amin")
+        rank = torch.empty_like(idx)
+        rank[order] = pos - first[sorted_idx]
+        return rank
+
+    def _within_budget(self, idx: Tensor) -> Tensor:
+        used = self.forwards[idx] + self.backwards[idx]
+        return used + self._rank_within_batch(idx) < self.budget
+
+    def _is_adversarial(self, logits: Tensor, idx: Tensor) -> Tensor:
+        pred = logits.argmax(1)
+        if self.targeted:
+            return pred == self.targets[idx]
+        return pred != self.labels[idx]
+
+    # -- the wrapped model -----------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        if self.model.training:  # a library that calls train() must not change the model
+            self.model.eval()
+        rows = x.detach().reshape(x.shape[0], -1)
+        idx = self.attribute(rows)
+        allowed = self._within_budget(idx)
+        self.forwards.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
+        self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
+        out = self.model(x)
+        if not allowed.all():
+            out = torch.where(allowed.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
+        self._update_best(rows, out.detach(), idx, allowed)
+        if out.requires_grad:
+            out.register_hook(lambda grad, idx=idx: self._on_backward(grad, idx))
+        return out
+
+    def _on_backward(self, grad: Tensor, idx: Tensor) -> Tensor:
+        allowed = self._within_budget(idx)
+        self.backwards.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
+        self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
+        if allowed.all():
+            return grad
+        return grad * allowed.unsqueeze(1).to(grad.dtype)
+
+    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor) -> None:
+        rows = rows.to(self._flat.dtype)
+        finite = torch.isfinite(rows).all(1) & torch.isfinite(logits).all(1)
+        in_box = (rows.amin(1) >= -BOX_TOLERANCE) & (rows.amax(1) <= 1 + BOX_TOLERANCE)
+        candidate = allowed & finite & in_box & self._is_adversarial(logits, idx)
+        if not candidate.any():
+            return
+        rows_c, idx_c = rows[candidate].clamp(0, 1), idx[candidate]
+        dist = lp_norm(rows_c - self._flat[idx_c], self.norm)
+        better = dist < self.best_distance[idx_c]
+        if not better.any():
+            return
+        rows_c, idx_c, dist = rows_c[better], idx_c[better], dist[better]
+        # several rows of one sample may improve it: keep the smallest
+        order = torch.argsort(dist, stable=True)
+        rows_c, idx_c, dist = rows_c[order], idx_c[order], dist[order]
+        keep = self._rank_within_batch(idx_c) == 0
+        self.best_distance[idx_c[keep]] = dist[keep]
+        self.best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
+
+    @property
+    def queries(self) -> Tensor:
+        return self.forwards + self.backwards
