@@ -46,6 +46,7 @@ class Job:
     targeted: bool = False
     device: str = "cpu"
     batch_size: int = 0  # 0: the whole subset in one batch
+    steps_scale: float = 1.0  # scales each spec's iteration count (quick runs, tests)
     plugins: tuple[str, ...] = field(default=())
     model_source: str = ""  # empty: the embedded zoo
 
@@ -103,11 +104,12 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
     kw = {"targeted": True, "targets": targets} if targeted else {}
     try:
         if spec.kind == "minimal":
-            returned = spec.run(tracker, inputs, labels, **kw)
+            # a private copy: some attacks change their input in place (adv-lib's tr detaches it)
+            returned = spec.run(tracker, inputs.clone(), labels.clone(), **kw)
         else:
             def attack(idx: Tensor, x: Tensor, eps):
                 sub_kw = {"targeted": True, "targets": targets[idx]} if targeted else {}
-                adv = spec.run(tracker, x, labels[idx], eps=eps, **sub_kw)
+                adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **sub_kw)
                 problem = output_problem(adv, x)
                 if problem:
                     raise InvalidOutput(problem)
@@ -166,7 +168,7 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
         ret_dist = np.full(n, np.inf)
         if status == "ok":
             adv = returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
-            ok = is_adversarial(model, adv, y, t)
+            ok = tracker.offer(adv)
             ret_adv = ok.cpu().numpy()
             dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
             ret_dist = np.where(ret_adv, dist, np.inf)

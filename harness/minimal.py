@@ -30,7 +30,7 @@ def eps_ceiling(norm: str, dim: int) -> float:
 
 def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: Tensor, norm: str,
                    is_success: SuccessCheck, queries: Callable[[], Tensor], budget: int,
-                   per_sample_eps: bool = False, max_rounds: int = 24,
+                   per_sample_eps: bool = False, max_rounds: int = 14,
                    eps_start: float | None = None) -> Tensor:
     """Smallest-ε adversarials found by ``attack(idx, x, eps)`` (``eps`` a float or an |idx| tensor).
 

@@ -60,6 +60,7 @@ class QueryTracker(nn.Module):
             self._half_separation = sep.amin(1) / 2
         else:
             self._half_separation = torch.full((n,), float("inf"), device=device)
+        self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows and owners
         refusal = torch.nn.functional.one_hot(self.labels, self.num_classes).float()
         if targeted:
             refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
@@ -67,7 +68,13 @@ class QueryTracker(nn.Module):
 
     # -- attribution -----------------------------------------------------------------------
     def attribute(self, rows: Tensor) -> Tensor:
-        """Index of the nearest original for each flattened row (B×D) -> B."""
+        """Index of the original each flattened row (B×D) belongs to -> B.
+
+        A row is given to the nearest original, or to the owner of the nearest row of the
+        previous query when that is closer: an iterate is closer to the previous iterate than to
+        any other original, even after the attack has moved further than half the distance
+        between two originals (large L2/L1 budgets on small inputs).
+        """
         b, n = rows.shape[0], self._flat.shape[0]
         rows = rows.to(self._flat.dtype)
         idx = torch.empty(b, dtype=torch.long, device=rows.device)
@@ -78,8 +85,16 @@ class QueryTracker(nn.Module):
             idx[ok] = torch.arange(n, device=rows.device)[ok]
             unresolved = ~ok
         if unresolved.any():
-            dist = pairwise_distance(rows[unresolved], self._flat, self.norm)
-            idx[unresolved] = dist.argmin(1)
+            pending = rows[unresolved]
+            dist = pairwise_distance(pending, self._flat, self.norm)
+            best, owner = dist.min(1)
+            if self._previous is not None:
+                prev_rows, prev_idx = self._previous
+                prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
+                closer = prev_dist < best
+                owner = torch.where(closer, prev_idx[prev_pos], owner)
+            idx[unresolved] = owner
+        self._previous = (rows.clone(), idx)  # the attack may later change its tensor in place
         return idx
 
     @staticmethod
@@ -148,6 +163,20 @@ class QueryTracker(nn.Module):
         keep = self._rank_within_batch(idx_c) == 0
         self.best_distance[idx_c[keep]] = dist[keep]
         self.best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
+
+    def offer(self, adversarial: Tensor) -> Tensor:
+        """Consider the attack's returned batch (N×…) as best candidates, without counting it.
+
+        A one-step attack never queries its final point; that point is still an adversarial the
+        attack found within its budget. Returns the harness's own success mask for it.
+        """
+        rows = adversarial.detach().reshape(len(self._flat), -1).to(self._flat.dtype)
+        with torch.no_grad():
+            logits = self.model(adversarial.detach().to(self.inputs.dtype))
+        everyone = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
+        idx = torch.arange(len(rows), device=rows.device)
+        self._update_best(rows, logits, idx, everyone)
+        return self._is_adversarial(logits, idx)
 
     @property
     def queries(self) -> Tensor:

@@ -1,0 +1,37 @@
+# `make test` and `make demo` create .venv when it is missing and install everything.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo install clean-venv
+
+$(STAMP): requirements.txt requirements-sdist.txt requirements-nodeps.txt pyproject.toml .ci/chromium.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch/torchvision first and pinned: on this machine both come from local disk
+	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
+	$(PIP) install -q -r requirements.txt
+	# visdom (imported by adv-lib) ships only an sdist whose setup.py needs pkg_resources
+	$(PIP) install -q "setuptools<70" wheel
+	$(PIP) install -q --no-build-isolation -r requirements-sdist.txt
+	$(PIP) install -q "setuptools>=77"
+	# adv-lib and cleverhans without their declared dependencies (cleverhans 4 would pull
+	# tensorflow-probability; what they import at run time is in requirements.txt)
+	$(PIP) install -q --no-deps -r requirements-nodeps.txt
+	$(PIP) install -q --no-deps -e .
+	bash .ci/chromium.sh
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/attackaudit run --preset demo --out runs/demo
+	$(VENV)/bin/attackaudit report runs/demo
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,151 @@
+"""ART (adversarial-robustness-toolbox): numpy attacks on a fresh ``PyTorchClassifier`` per call.
+
+Conventions converted here: torch N×C×H×W in [0, 1] <-> float32 numpy; labels -> int arrays
+(ART one-hot-encodes them itself); ``targeted`` -> the attack's ``targeted`` flag with the
+targets as ``y``; ε -> ``eps`` plus an ``eps_step`` relative to it. ART's defaults are weak or
+slow (``batch_size=1``, CW ``max_iter=10``, tqdm bars), so every attack gets the whole batch, no
+progress bar, and steps sized to the 2000-query budget (see ``specs``).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .spec import AttackSpec
+
+LIBRARY = "art"
+ORD = {"l1": 1, "l2": 2, "linf": np.inf}
+
+# How an attack receives labels:
+#   "flag":        ``targeted=`` in the constructor; ``y`` = labels, or targets when targeted
+#   "predictions": untargeted only; ART attacks the model's own prediction (DeepFool ignores y)
+#   "target":      ``y`` is always a target (JSMA); untargeted passes ``y=None``, for which ART
+#                  draws a random class other than the prediction (from the seeded numpy RNG)
+LABEL_RULES = ("flag", "predictions", "target")
+
+
+class _Forward(nn.Module):
+    """A plain module around the model: ART calls an ``nn.Sequential``'s children one by one,
+    which would bypass the wrapped model's own ``forward`` (and the QueryTracker with it)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+
+def num_classes(model: nn.Module, inputs: Tensor) -> int:
+    """The tracker knows its class count; any other model costs one forward of one sample."""
+    n = getattr(model, "num_classes", None)
+    if n is not None:
+        return int(n)
+    with torch.no_grad():
+        return int(model(inputs[:1]).shape[1])
+
+
+def classifier(model: nn.Module, inputs: Tensor):
+    """A fresh ``PyTorchClassifier`` for ``inputs`` (N×C×H×W) on their device."""
+    from art.estimators.classification import PyTorchClassifier
+
+    return PyTorchClassifier(
+        model=_Forward(model), loss=nn.CrossEntropyLoss(), input_shape=tuple(inputs.shape[1:]),
+        nb_classes=num_classes(model, inputs), clip_values=(0.0, 1.0),
+        device_type="gpu" if inputs.device.type == "cuda" else "cpu")
+
+
+def _eps_array(eps: float | Tensor, n: int, ndim: int) -> float | np.ndarray:
+    """A float stays a float; a length-N tensor becomes an N×1×…×1 float32 array (ART broadcasts it)."""
+    if isinstance(eps, Tensor):
+        return eps.detach().cpu().numpy().astype(np.float32).reshape((n,) + (1,) * (ndim - 1))
+    return float(eps)
+
+
+def _eps_kwargs(eps: float | Tensor, n: int, ndim: int, step_rule: str, step: float,
+                max_iter: int | None) -> dict[str, Any]:
+    """``eps`` and ``eps_step`` for ART.
+
+    ``step_rule``: "per_iter" gives ``eps_step = step·eps/max_iter`` (Madry et al.'s 2.5·ε/steps),
+    "relative" gives ``eps_step = step·eps`` (APGD's initial step, FGM's single step).
+    Per-sample ε needs ``eps_step`` as an array too, or ART ignores the per-sample slicing.
+    """
+    e = _eps_array(eps, n, ndim)
+    factor = step / max_iter if step_rule == "per_iter" else step
+    return {"eps": e, "eps_step": e * np.float32(factor) if isinstance(e, np.ndarray) else e * factor}
+
+
+def _run(attack_cls, label_rule: str, model: nn.Module, inputs: Tensor, labels: Tensor, *,
+         targeted: bool = False, targets: Tensor | None = None, eps: float | Tensor | None = None,
+         step_rule: str = "", step: float = 0.0, **params: Any) -> Tensor:
+    """Build ``attack_cls(classifier, **params)`` and run it on ``inputs`` (N×C×H×W) -> N×C×H×W."""
+    if targeted and label_rule == "predictions":
+        raise ValueError(f"ART {attack_cls.__name__} cannot run targeted")
+    kw = dict(params)
+    if eps is not None:
+        kw.update(_eps_kwargs(eps, len(inputs), inputs.dim(), step_rule, step, kw.get("max_iter")))
+    if label_rule == "flag":
+        kw["targeted"] = targeted
+    attack = attack_cls(classifier(model, inputs), **kw)
+    x = inputs.detach().cpu().numpy().astype(np.float32)
+    if label_rule == "target":
+        y = targets.cpu().numpy().astype(np.int64) if targeted else None
+    else:
+        y = (targets if targeted else labels).cpu().numpy().astype(np.int64)
+    adv = attack.generate(x, y)
+    # ART returns float32 numpy in clip_values; no clamping here, so a box violation stays visible
+    return torch.as_tensor(np.asarray(adv, dtype=np.float32)).reshape(inputs.shape).to(inputs.device)
+
+
+def specs() -> list[AttackSpec]:
+    from art.attacks import evasion as E
+
+    out: list[AttackSpec] = []
+
+    def add(cls, family: str, spec_norm: str, kind: str, label_rule: str = "flag", steps_param: str = "",
+            variant: str = "", per_sample_eps: bool = False, note: str = "", step_rule: str = "",
+            step: float = 0.0, **params: Any) -> None:
+        run_kw = dict(params, step_rule=step_rule, step=step) if kind == "fixed" else dict(params)
+        recorded = dict(params, eps_step_rule=f"{step_rule}:{step}") if kind == "fixed" else dict(params)
+        out.append(AttackSpec(
+            LIBRARY, cls.__name__, family, spec_norm, kind, recorded, partial(_run, cls, label_rule, **run_kw),
+            targeted_support=label_rule != "predictions", per_sample_eps=per_sample_eps,
+            steps_param=steps_param, variant=variant, note=note))
+
+    for norm in ("l1", "l2", "linf"):
+        p = ORD[norm]
+        # ART's APGD makes a forward for the loss besides each forward+backward (~3 queries a
+        # step): 60 steps keep one call near 200 queries per sample. eps must be a scalar.
+        for loss, variant in (("cross_entropy", "ce"), ("difference_logits_ratio", "dlr")):
+            add(E.AutoProjectedGradientDescent, "apgd", norm, "fixed", steps_param="max_iter",
+                variant=variant, step_rule="relative", step=2.0, norm=p, max_iter=60,
+                nb_random_init=1, loss_type=loss, batch_size=4096, verbose=False)
+        add(E.ProjectedGradientDescent, "pgd", norm, "fixed", steps_param="max_iter",
+            per_sample_eps=True, step_rule="per_iter", step=2.5, norm=p, max_iter=100,
+            num_random_init=0, batch_size=4096, verbose=False)
+        add(E.FastGradientMethod, "fgm", norm, "fixed", per_sample_eps=True, step_rule="relative",
+            step=1.0, norm=p, batch_size=4096)
+    add(E.BasicIterativeMethod, "bim", "linf", "fixed", steps_param="max_iter", per_sample_eps=True,
+        step_rule="per_iter", step=2.5, max_iter=100, batch_size=4096, verbose=False)
+    add(E.CarliniL2Method, "cw", "l2", "minimal", steps_param="max_iter", binary_search_steps=5,
+        max_iter=20, learning_rate=0.01, initial_const=0.01, batch_size=4096, verbose=False)
+    # In ART 1.20 CarliniLInfMethod is unbounded: it shrinks a threshold tau until no constant
+    # succeeds, i.e. a minimal attack; it loops over samples in Python.
+    add(E.CarliniLInfMethod, "cw", "linf", "minimal", steps_param="max_iter", max_iter=10,
+        decrease_factor=0.7, initial_const=0.1, largest_const=20.0, const_factor=4.0,
+        batch_size=4096, verbose=False)
+    add(E.DeepFool, "deepfool", "l2", "minimal", label_rule="predictions", steps_param="max_iter",
+        note="ART DeepFool is untargeted only and attacks the model's prediction (y is ignored)",
+        max_iter=100, epsilon=0.02, nb_grads=10, batch_size=4096, verbose=False)
+    add(E.ElasticNet, "ead", "l1", "minimal", steps_param="max_iter", binary_search_steps=5,
+        max_iter=40, beta=1e-2, learning_rate=1e-2, initial_const=1e-2, decision_rule="L1",
+        batch_size=4096, verbose=False)
+    add(E.SaliencyMapMethod, "jsma", "l0", "minimal", label_rule="target",
+        note="ART JSMA only ever attacks a target class: untargeted runs pass y=None, for which "
+             "ART draws a random class other than the prediction (numpy's global RNG)",
+        theta=1.0, gamma=1.0, batch_size=4096, verbose=False)
+    return out

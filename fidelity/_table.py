@@ -1,0 +1,138 @@
+"""Shared plumbing: the per-sample result table (harness/job.py ``ROW_COLUMNS``) made uniform.
+
+Every fidelity function starts from ``prepare`` (defaults, types, one row per sample and
+implementation) and most from ``long_distances``: one row per (model, norm, sample,
+implementation) holding the implementation's distance next to the envelope's.
+
+Conventions shared by the whole package (fidelity/README.md explains why):
+- an implementation is ``(implementation, library_version)``: two releases of one attack are two
+  implementations;
+- its distance on a sample is the tracker's ``best_distance`` whatever the row's ``status`` (what
+  the tracker saw before a crash was re-checked on the model and stayed within the budget); NaN
+  counts as ``inf`` (nothing found);
+- a model named ``<base>~<kind>`` (``~shift``) is a metamorphic twin: it is its own model for
+  envelopes and local optimality, and left out of every cross-model aggregate.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: separator of a metamorphic twin's name, ``digits-mlp~shift``
+TWIN_SEP = "~"
+SHIFT_SUFFIX = "~shift"
+#: one implementation of one release
+IMPL_KEY = ["implementation", "library_version"]
+SAMPLE_KEY = ["model", "norm", "sample"]
+JOB_KEY = ["model", "norm", *IMPL_KEY]
+META_COLUMNS = ["library", "attack", "family", "kind"]
+REQUIRED = ["model", "norm", "sample", "best_distance"]
+
+_DEFAULTS: dict[str, object] = {
+    "library": "", "library_version": "", "attack": "", "family": "", "kind": "",
+    "status": "ok", "error": "", "forwards": 0, "backwards": 0, "refused": 0, "budget": 0,
+    "wall_s": 0.0, "returned_distance": np.inf, "returned_adversarial": False,
+    "targeted": False, "target": -1,
+}
+
+
+def prepare(table: pd.DataFrame) -> pd.DataFrame:
+    """A cleaned copy of ``table``: missing optional columns filled, distances float with NaN as
+    inf, one row per (model, norm, implementation, library_version, sample) (the last one wins, as
+    a rerun's rows come after the original's).
+
+    Raises ValueError when a required column is missing or when targeted and untargeted rows are
+    mixed (their envelopes measure different things).
+    """
+    missing = [c for c in REQUIRED if c not in table.columns]
+    if missing:
+        raise ValueError(f"result table lacks column(s) {', '.join(missing)}")
+    t = table.copy()
+    for col, default in _DEFAULTS.items():
+        if col not in t.columns:
+            t[col] = default
+    if "implementation" not in t.columns:
+        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    for col in ("implementation", "library_version", "library", "attack", "family", "kind", "status",
+                "model", "norm"):
+        t[col] = t[col].fillna("").astype(str)
+    t["error"] = t["error"].fillna("").astype(str)
+    for col in ("best_distance", "returned_distance"):
+        t[col] = pd.to_numeric(t[col], errors="coerce").astype(float).fillna(np.inf)
+    for col in ("forwards", "backwards", "refused", "budget", "wall_s"):
+        t[col] = pd.to_numeric(t[col], errors="coerce").fillna(0).astype(float)
+    t["returned_adversarial"] = t["returned_adversarial"].fillna(False).astype(bool)
+    t["targeted"] = t["targeted"].fillna(False).astype(bool)
+    if t["targeted"].nunique() > 1:
+        raise ValueError("the table mixes targeted and untargeted rows; split it by `targeted` first")
+    return t.drop_duplicates(JOB_KEY + ["sample"], keep="last").reset_index(drop=True)
+
+
+def is_twin(model: object) -> bool:
+    return TWIN_SEP in str(model)
+
+
+def base_of(model: object) -> str:
+    return str(model).split(TWIN_SEP, 1)[0]
+
+
+def without_twins(t: pd.DataFrame) -> pd.DataFrame:
+    """Rows of real models only (twins exist for the shift-sensitivity check)."""
+    return t[~t["model"].map(is_twin)] if len(t) else t
+
+
+def long_distances(t: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """One row per (model, norm, sample, implementation key) of a ``prepare``d table.
+
+    Columns: model, norm, sample, *keys, distance, d_star, live. ``distance`` is the
+    implementation's best distance (inf where it has no row for a sample of a (model, norm) it
+    ran on); ``d_star`` the minimum over all implementations of that model and norm; ``live`` is
+    ``d_star > 0``. On samples that are adversarial already at ε = 0 (``d_star == 0``: clean
+    misclassified, or already at the target) every implementation's distance is set to 0, so a
+    job that crashed before its tracker ran is not charged for a sample nobody had to attack.
+    Rows are sorted by (model, norm, *keys, sample), so per-key arrays of one (model, norm) align.
+    """
+    keys = keys or IMPL_KEY
+    cols = SAMPLE_KEY + keys + ["distance", "d_star", "live"]
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    samples = t[SAMPLE_KEY].drop_duplicates()
+    jobs = t[["model", "norm", *keys]].drop_duplicates()
+    grid = samples.merge(jobs, on=["model", "norm"])
+    obs = t[SAMPLE_KEY + keys + ["best_distance"]].drop_duplicates(SAMPLE_KEY + keys, keep="last")
+    long = grid.merge(obs, on=SAMPLE_KEY + keys, how="left")
+    long["distance"] = long.pop("best_distance").astype(float).fillna(np.inf)
+    d_star = long.groupby(SAMPLE_KEY)["distance"].transform("min")
+    long["d_star"] = d_star
+    long["live"] = d_star > 0
+    long.loc[~long["live"], "distance"] = 0.0
+    return long.sort_values(["model", "norm", *keys, "sample"], kind="stable").reset_index(drop=True)[cols]
+
+
+def impl_meta(t: pd.DataFrame) -> pd.DataFrame:
+    """library, attack, family, kind per implementation key (first non-empty value)."""
+    def first(s: pd.Series) -> str:
+        nonempty = s[s != ""]
+        return str(nonempty.iloc[0]) if len(nonempty) else ""
+    if t.empty:
+        return pd.DataFrame(columns=IMPL_KEY + META_COLUMNS)
+    return t.groupby(IMPL_KEY, sort=True)[META_COLUMNS].agg(first).reset_index()
+
+
+def job_costs(t: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, norm, implementation key): mean forwards, backwards, refused per sample, the
+    job's wall time (rows repeat it), and the number of samples."""
+    if t.empty:
+        return pd.DataFrame(columns=JOB_KEY + ["forwards", "backwards", "refused", "wall_s", "n_samples"])
+    return (t.groupby(JOB_KEY, sort=True)
+            .agg(forwards=("forwards", "mean"), backwards=("backwards", "mean"),
+                 refused=("refused", "mean"), wall_s=("wall_s", "mean"), n_samples=("sample", "size"))
+            .reset_index())
+
+
+def sample_list(samples: object, limit: int = 6) -> str:
+    """``"3, 7, 12, … (+4)"``: sample ids for evidence strings."""
+    ids = [str(int(s)) if isinstance(s, (int, np.integer, float, np.floating)) and float(s).is_integer()
+           else str(s) for s in list(samples)]
+    head = ", ".join(ids[:limit])
+    return head + (f", … (+{len(ids) - limit})" if len(ids) > limit else "")

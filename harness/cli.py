@@ -1,0 +1,168 @@
+"""``attackaudit`` command line: attacks, models, run, report, compare, audit, exact.
+
+Usage and input errors print one line on stderr and exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not a usage dump
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+# -- attacks -------------------------------------------------------------------------------
+def cmd_attacks(args: argparse.Namespace) -> int:
+    from attackaudit.adapters import PluginError, catalogue
+
+    try:
+        entries = catalogue(args.library, plugins=args.plugin or [])
+    except PluginError as exc:
+        raise UsageError(str(exc)) from None
+    if args.library and not entries:
+        raise UsageError(f"unknown library {args.library[0]!r}; run `attackaudit attacks` for the list")
+    rows = []
+    for e in entries:
+        if not e.available:
+            rows.append({"library": e.library, "library_version": e.version, "available": False,
+                         "reason": e.reason})
+        for s in e.specs:
+            rows.append({"library": s.library, "library_version": e.version, "name": s.name,
+                         "key": s.key, "implementation": s.implementation, "family": s.family,
+                         "norm": s.norm, "kind": s.kind, "params": dict(s.params),
+                         "targeted_support": s.targeted_support, "available": True,
+                         **({"note": s.note} if s.note else {})})
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        _print_table(rows, ["key", "family", "kind", "library_version", "available"])
+    return 0
+
+
+# -- models --------------------------------------------------------------------------------
+def cmd_models(args: argparse.Namespace) -> int:
+    import torch
+
+    from .data import digits
+    from .zoo import ZOO, load_model
+
+    x, y = digits("test")
+    rows = []
+    for name, entry in ZOO.items():
+        with torch.no_grad():
+            acc = (load_model(name)(x).argmax(1) == y).float().mean().item()
+        rows.append({"name": name, "dataset": entry.dataset, "architecture": entry.architecture,
+                     "training": entry.training, "epsilon": entry.epsilon,
+                     "clean_accuracy": round(acc, 4), "description": entry.description})
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows, ["name", "training", "epsilon", "clean_accuracy", "description"])
+    return 0
+
+
+# -- run -----------------------------------------------------------------------------------
+def _run_flags(args: argparse.Namespace) -> dict:
+    keys = ["out", "preset", "models", "libraries", "families", "norms", "attacks", "samples",
+            "budget", "seed", "executor", "scheduler", "workers", "device", "batch_size",
+            "timeout_s", "memory_limit_mb", "steps_scale"]
+    flags = {k: getattr(args, k) for k in keys}
+    for k in ("targeted", "metamorphic", "quiet", "force", "strict"):
+        flags[k] = True if getattr(args, k) else None
+    flags["plugins"] = args.plugin
+    return flags
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_toml, resolve
+    from .runner import run
+    from .store import RunDirError
+
+    try:
+        toml = load_toml(args.config) if args.config else None
+        config = resolve(toml, _run_flags(args))
+        summary = run(config)
+    except (ConfigError, RunDirError) as exc:
+        raise UsageError(str(exc)) from None
+    print(summary.line(), file=sys.stderr if config.quiet else sys.stdout)
+    print(f"results: {summary.run_dir} (attackaudit.load_run({str(summary.run_dir)!r}))")
+    failed = summary.counts.get("crash", 0) + summary.counts.get("timeout", 0) + summary.counts.get("invalid", 0)
+    return 1 if config.strict and failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attackaudit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("attacks", help="the catalogue of attack implementations, with availability")
+    p.add_argument("--library", action="append", help="only this library (repeatable)")
+    p.add_argument("--plugin", action="append", help="a .py file defining specs()")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_attacks)
+
+    p = sub.add_parser("models", help="the embedded model zoo, with clean accuracy")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("run", help="run the grid of models × attacks × norms")
+    p.add_argument("config", nargs="?", help="a CONFIG.toml; flags override it")
+    p.add_argument("--out", help="run directory (created; rerunning resumes)")
+    p.add_argument("--preset", choices=["quick", "demo"])
+    p.add_argument("--models", nargs="+")
+    p.add_argument("--libraries", nargs="+")
+    p.add_argument("--families", nargs="+")
+    p.add_argument("--norms", nargs="+")
+    p.add_argument("--attacks", nargs="+", help="spec keys or implementations, e.g. adv_lib/fmn")
+    p.add_argument("--samples", type=int)
+    p.add_argument("--budget", type=int, help="forwards + backwards per sample (default 2000)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--targeted", action="store_true")
+    p.add_argument("--metamorphic", action="store_true", help="also run every model's logit-shifted twin")
+    p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
+    p.add_argument("--executor", choices=["local", "dask"])
+    p.add_argument("--scheduler", help="address of an existing Dask scheduler")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--batch-size", dest="batch_size", type=int)
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
+    p.add_argument("--memory-limit-mb", dest="memory_limit_mb", type=int)
+    p.add_argument("--plugin", action="append", help="a .py file defining specs() (repeatable)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--force", action="store_true", help="run a changed config in an existing run directory")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        print(f"attackaudit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attackaudit: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""One resolved RunConfig from a TOML file, a preset and command-line flags (flags win)."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .zoo import ZOO
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
+    "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1},
+    # what `make demo` runs: every zoo model but the tiny MILP one, every library
+    "demo": {"models": ["digits-mlp", "digits-cnn", "digits-cnn-at-linf", "digits-cnn-at-l2"],
+             "samples": 32, "steps_scale": 0.5},
+}
+
+#: fields that do not change results: they may differ between a run and its resumption
+NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
+                     "memory_limit_mb", "preset", "strict"}
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message is one line naming the culprit and the fix."""
+
+
+@dataclass
+class RunConfig:
+    out: str = ""
+    preset: str = ""
+    models: list[str] = field(default_factory=lambda: ["digits-cnn"])
+    dataset: str = "digits"
+    libraries: list[str] | None = None
+    families: list[str] | None = None
+    norms: list[str] | None = None
+    attacks: list[str] | None = None  # spec keys or implementations, e.g. "adv_lib/fmn"
+    samples: int = 32
+    budget: int = 2000
+    seed: int = 0
+    targeted: bool = False
+    metamorphic: bool = False
+    steps_scale: float = 1.0
+    device: str = "cpu"
+    batch_size: int = 0
+    plugins: list[str] = field(default_factory=list)
+    executor: str = "local"
+    scheduler: str | None = None
+    workers: int = 1
+    timeout_s: float = 900.0
+    memory_limit_mb: int = 8192
+    quiet: bool = False
+    force: bool = False
+    strict: bool = False
+
+    @property
+    def name(self) -> str:
+        return Path(self.out).name
+
+    def result_config(self) -> dict:
+        """The part of the config that determines results (compared on resume)."""
+        return {k: v for k, v in asdict(self).items() if k not in NON_RESULT_FIELDS}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return data.get("run", data)
+
+
+def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> RunConfig:
+    """Defaults < preset < TOML < flags; then validate. ``None`` flags mean "not given"."""
+    known = {f.name for f in fields(RunConfig)}
+    merged: dict[str, Any] = {}
+    layers = [toml or {}, {k: v for k, v in (flags or {}).items() if v is not None}]
+    preset = next((layer["preset"] for layer in reversed(layers) if layer.get("preset")), "")
+    if preset:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
+        merged.update(PRESETS[preset])
+    for layer in layers:
+        unknown = set(layer) - known
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {', '.join(sorted(unknown))}; known keys: {', '.join(sorted(known))}")
+        merged.update(layer)
+    config = RunConfig(**merged)
+    validate(config)
+    return config
+
+
+def validate(config: RunConfig) -> None:
+    from .zoo import SHIFT_SUFFIX
+
+    if not config.out:
+        raise ConfigError("--out DIR is required: the directory the run's results go to")
+    for model in config.models:
+        if model.removesuffix(SHIFT_SUFFIX) not in ZOO and ":" not in model:
+            raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
+    if config.norms:
+        bad = [n for n in config.norms if n not in ("l0", "l1", "l2", "linf")]
+        if bad:
+            raise ConfigError(f"unknown norm {bad[0]!r}; use l0, l1, l2 or linf")
+    if config.samples <= 0:
+        raise ConfigError(f"--samples must be a positive integer, got {config.samples}")
+    if config.budget <= 0:
+        raise ConfigError(f"--budget must be a positive integer, got {config.budget}")
+    if config.executor not in ("local", "dask"):
+        raise ConfigError(f"--executor {config.executor!r} is not one of local, dask")
+    if config.workers <= 0:
+        raise ConfigError(f"--workers must be positive, got {config.workers}")
+    if config.steps_scale <= 0:
+        raise ConfigError(f"steps_scale must be positive, got {config.steps_scale}")
+    for plugin in config.plugins:
+        if not Path(plugin).is_file():
+            raise ConfigError(f"--plugin {plugin} does not exist; pass a .py file defining specs()")

@@ -1,0 +1,202 @@
+"""Executors: run jobs isolated (local child processes) or on a Dask cluster.
+
+Either way a job is a pure function of its ``Job`` that writes its own result file, so no
+coordination is needed; what the executor adds is turning a worker's death, a hang past the
+timeout or a memory blow-up into ``crash``/``timeout`` rows, and never stopping the grid.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+from .job import Job, failure_rows
+from .store import logs_dir, write_job
+
+OnDone = Callable[[Job, dict], None]
+
+
+@dataclass
+class Limits:
+    timeout_s: float = 900.0
+    memory_limit_mb: int = 8192
+
+
+def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict:
+    """Write ``status`` rows for a job whose worker produced nothing, and log the cause."""
+    from .store import job_is_complete
+    from .worker import _subset, resolve_spec
+
+    if job_is_complete(run_dir, job.job_id):  # the worker wrote its rows, then died: keep them
+        return {"job_id": job.job_id, "status": "ok"}
+    subset = _subset(job.dataset, job.samples, job.seed)
+    spec, version, _ = resolve_spec(job)
+    log = logs_dir(run_dir) / f"{job.job_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        fh.write(f"{status}: {error}\n")
+    write_job(run_dir, job.job_id, failure_rows(job, subset, status, error, spec, version))
+    return {"job_id": job.job_id, "status": status, "error": error}
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class _Worker:
+    """One persistent child process running ``worker_loop``; restarted after it dies."""
+
+    def __init__(self, ctx, threads: int) -> None:
+        from .worker import worker_loop
+
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_loop, args=(child, threads), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job: Job | None = None
+        self.started = 0.0
+
+    def submit(self, job: Job, run_dir: Path) -> None:
+        self.job, self.started = job, time.monotonic()
+        self.conn.send((job, str(run_dir)))
+
+    def rss_mb(self) -> float:
+        try:
+            proc = psutil.Process(self.proc.pid)
+            return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+        except psutil.Error:
+            return 0.0
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(5)
+        self.kill()
+
+
+class LocalExecutor:
+    """``workers`` persistent child processes; each job isolated by its process boundary."""
+
+    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int | None = None) -> None:
+        self.workers = max(1, workers)
+        self.limits = limits or Limits()
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
+        self.ctx = mp.get_context("spawn")
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone) -> None:
+        queue = list(jobs)
+        pool = [_Worker(self.ctx, self.threads) for _ in range(min(self.workers, len(queue)))]
+        try:
+            while queue or any(w.job for w in pool):
+                for i, w in enumerate(pool):
+                    if w.job is None and queue:
+                        w.submit(queue.pop(0), run_dir)
+                time.sleep(0.02)
+                for i, w in enumerate(pool):
+                    if w.job is None:
+                        continue
+                    result = self._poll(w, run_dir)
+                    if result is None:
+                        continue
+                    job, w.job = w.job, None
+                    on_done(job, result)
+                    if result.get("restart"):
+                        w.kill()
+                        pool[i] = _Worker(self.ctx, self.threads)
+        finally:
+            for w in pool:
+                w.stop()
+
+    def _poll(self, w: _Worker, run_dir: Path) -> dict | None:
+        """The job's result if it ended (normally or not), else None."""
+        if w.conn.poll():
+            try:
+                return w.conn.recv()
+            except (EOFError, OSError):
+                pass
+        if not w.proc.is_alive():
+            w.proc.join(1)
+            cause = f"worker died ({_signal_name(w.proc.exitcode)})"
+            return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+        elapsed = time.monotonic() - w.started
+        if elapsed > self.limits.timeout_s:
+            w.kill()
+            cause = f"timed out after {self.limits.timeout_s:g} s"
+            return record_failure(w.job, run_dir, "timeout", cause) | {"restart": True}
+        rss = w.rss_mb()
+        if rss > self.limits.memory_limit_mb:
+            w.kill()
+            cause = f"memory limit exceeded ({rss:.0f} MiB > {self.limits.memory_limit_mb} MiB)"
+            return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+        return None
+
+
+def _isolated_job(job: Job, run_dir: str, timeout_s: float, memory_limit_mb: int) -> dict:
+    """A Dask task: the job in a one-shot child process, with the same limits as locally."""
+    if mp.current_process().daemon:  # a daemonic Dask worker may not fork: run in-process
+        from .worker import execute_job
+
+        return execute_job(job, run_dir)
+    results: list[dict] = []
+    LocalExecutor(1, Limits(timeout_s, memory_limit_mb), threads=1).run(
+        [job], Path(run_dir), lambda _job, result: results.append(result))
+    return results[0]
+
+
+class DaskExecutor:
+    """Send jobs to a Dask cluster (``scheduler`` address) or a LocalCluster of ``workers``."""
+
+    def __init__(self, scheduler: str | None = None, workers: int = 1, limits: Limits | None = None) -> None:
+        self.scheduler = scheduler
+        self.workers = max(1, workers)
+        self.limits = limits or Limits()
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone) -> None:
+        from distributed import Client, LocalCluster, as_completed
+
+        jobs = list(jobs)
+        cluster = None
+        if self.scheduler:
+            client = Client(self.scheduler)
+        else:
+            import dask
+
+            dask.config.set({"distributed.worker.daemon": False})  # lets a task isolate its job
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        try:
+            futures = {client.submit(_isolated_job, job, str(Path(run_dir).resolve()), self.limits.timeout_s,
+                                     self.limits.memory_limit_mb, key=f"attackaudit-{job.job_id}", pure=False): job
+                       for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    result = record_failure(job, run_dir, "crash", f"dask task failed: {type(exc).__name__}: {exc}")
+                on_done(job, result)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()

@@ -1,0 +1,164 @@
+"""The grid: models × attack implementations (one per norm) on one hashed subset.
+
+``plan`` resolves which jobs a config means; ``run`` executes the unfinished ones with an
+executor, so rerunning the same command resumes a killed run and re-executes only what is missing.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .config import ConfigError, RunConfig
+from .executors import DaskExecutor, Limits, LocalExecutor
+from .job import Job
+from .store import ensure_writable, job_is_complete, read_manifest, write_manifest
+from .zoo import SHIFT_SUFFIX
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    skipped: list[dict]          # specs not run, with the reason (e.g. no targeted mode)
+    unavailable: list[dict]      # libraries that failed to import
+    versions: dict[str, str]
+    subset_hash: str
+    specs: dict[str, dict] = field(default_factory=dict)
+
+
+def _matches(spec, config: RunConfig) -> bool:
+    if config.libraries is not None and spec.library not in config.libraries:
+        return False
+    if config.families is not None and spec.family not in config.families:
+        return False
+    if config.norms is not None and spec.norm not in config.norms:
+        return False
+    if config.attacks is not None and not any(
+            a in (spec.key, spec.implementation, f"{spec.library}/{spec.name}") for a in config.attacks):
+        return False
+    return True
+
+
+def plan(config: RunConfig) -> Plan:
+    """The jobs of ``config``; raises ConfigError for names that match nothing."""
+    from attackaudit.adapters import BUILTIN_LIBRARIES, catalogue
+
+    from .data import load_subset
+
+    known_libraries = set(BUILTIN_LIBRARIES)
+    entries = catalogue(None, plugins=config.plugins)
+    known_libraries |= {e.library for e in entries}
+    for lib in config.libraries or []:
+        if lib not in known_libraries:
+            raise ConfigError(f"unknown library {lib!r}; known: {', '.join(sorted(known_libraries))}")
+    subset = load_subset(config.dataset, config.samples, config.seed)
+    models = list(config.models)
+    if config.metamorphic:
+        models += [m + SHIFT_SUFFIX for m in config.models if not m.endswith(SHIFT_SUFFIX)]
+    jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
+    for entry in entries:
+        if config.libraries is not None and entry.library not in config.libraries:
+            continue
+        versions[entry.library] = entry.version
+        if not entry.available:
+            unavailable.append({"library": entry.library, "reason": entry.reason})
+            continue
+        for spec in entry.specs:
+            if not _matches(spec, config):
+                continue
+            if config.targeted and not spec.targeted_support:
+                skipped.append({"attack": spec.key, "reason": spec.note or "no targeted mode in this library"})
+                continue
+            specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
+                               "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
+            for model in models:
+                jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
+                                samples=config.samples, seed=config.seed, budget=config.budget,
+                                targeted=config.targeted, device=config.device,
+                                batch_size=config.batch_size, plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
+                                steps_scale=config.steps_scale))
+    if not jobs and not unavailable:
+        raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
+                          "`attackaudit attacks` lists the catalogue")
+    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs)
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    total: int
+    executed: int
+    counts: dict[str, int]
+    wall_s: float
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"{self.total} jobs: {c.get('ok', 0)} ok, {c.get('crash', 0)} crashed, "
+                f"{c.get('timeout', 0)} timed out, {c.get('invalid', 0)} invalid "
+                f"({self.executed} run now, {self.total - self.executed} already done) "
+                f"in {self.wall_s:.1f} s -> {self.run_dir}")
+
+
+def check_resumable(run_dir: Path, config: RunConfig) -> None:
+    manifest = read_manifest(run_dir)
+    if manifest is None or config.force:
+        return
+    previous = manifest.get("config", {})
+    current = config.result_config()
+    changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
+    if changed:
+        raise ConfigError(f"{run_dir} holds a run with a different config ({', '.join(changed)}); "
+                          "use another --out, or --force to run this config there")
+
+
+def run(config: RunConfig) -> RunSummary:
+    """Run (or resume) the grid of ``config``; returns the summary."""
+    start = time.perf_counter()
+    run_dir = Path(config.out)
+    ensure_writable(run_dir)
+    check_resumable(run_dir, config)
+    p = plan(config)
+    write_manifest(run_dir, {
+        "name": config.name, "config": config.result_config(), "library_versions": p.versions,
+        "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
+        "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
+        "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
+        "specs": p.specs,
+    })
+    pending = [j for j in p.jobs if not job_is_complete(run_dir, j.job_id)]
+    limits = Limits(config.timeout_s, config.memory_limit_mb)
+    executor = (DaskExecutor(config.scheduler, config.workers, limits) if config.executor == "dask"
+                else LocalExecutor(config.workers, limits))
+    bar = tqdm(total=len(p.jobs), initial=len(p.jobs) - len(pending), disable=config.quiet,
+               desc="jobs", unit="job", dynamic_ncols=True)
+
+    def on_done(job: Job, result: dict) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
+
+    try:
+        executor.run(pending, run_dir, on_done)
+    finally:
+        bar.close()
+    return RunSummary(run_dir, len(p.jobs), len(pending), _status_counts(run_dir, p.jobs),
+                      time.perf_counter() - start)
+
+
+def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:
+    import pandas as pd
+
+    from .store import job_path
+
+    counts: dict[str, int] = {}
+    for job in jobs:
+        try:
+            statuses = set(pd.read_parquet(job_path(run_dir, job.job_id), columns=["status"])["status"])
+        except Exception:
+            statuses = {"missing"}
+        status = next((s for s in ("timeout", "crash", "invalid", "missing") if s in statuses), "ok")
+        counts[status] = counts.get(status, 0) + 1
+    return counts

@@ -1,0 +1,121 @@
+"""The worker side of a job: resolve everything from the ``Job`` and write its result file.
+
+``execute_job`` is what every executor runs, in a child process (local) or on a Dask worker.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import traceback
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .job import Job, failure_rows, job_rows, one_line
+from .store import job_path, logs_dir, write_job
+
+
+@lru_cache(maxsize=8)
+def _catalogue(library: str, plugins: tuple[str, ...]):
+    from attackaudit.adapters import BUILTIN_LIBRARIES, catalogue
+
+    if library in BUILTIN_LIBRARIES:
+        return catalogue([library])
+    return catalogue([library], plugins=plugins)
+
+
+def resolve_spec(job: Job):
+    """(spec, library_version, error) for the job's spec key."""
+    library = job.spec_key.split("/", 1)[0]
+    entries = _catalogue(library, job.plugins)
+    for entry in entries:
+        if not entry.available:
+            return None, entry.version, f"library {library} unavailable: {entry.reason}"
+        for spec in entry.specs:
+            if spec.key == job.spec_key:
+                return spec.scaled(job.steps_scale), entry.version, ""
+    return None, entries[0].version if entries else "", f"attack {job.spec_key} is not in the catalogue"
+
+
+@lru_cache(maxsize=4)
+def _subset(dataset: str, samples: int, seed: int):
+    from .data import load_subset
+
+    return load_subset(dataset, samples, seed)
+
+
+def load_job_model(job: Job) -> torch.nn.Module:
+    from .zoo import load_model
+
+    return load_model(job.model)
+
+
+def job_targets(job: Job, subset, num_classes: int):
+    from .data import random_targets
+
+    return random_targets(subset.labels, num_classes, job.seed) if job.targeted else None
+
+
+def execute_job(job: Job, run_dir: str | Path) -> dict:
+    """Run one job and write ``jobs/<job_id>.parquet``; returns {job_id, status, counts}.
+
+    Never raises for an attack's failure: that becomes rows. Raises only when the rows cannot be
+    written at all.
+    """
+    run_dir = Path(run_dir)
+    log_path = logs_dir(run_dir) / f"{job.job_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    subset = _subset(job.dataset, job.samples, job.seed)
+    with open(log_path, "w") as log:
+        spec, version, error = resolve_spec(job)
+        if spec is None:
+            log.write(error + "\n")
+            rows = failure_rows(job, subset, "crash", error, library_version=version)
+        else:
+            try:
+                model = load_job_model(job)
+                with torch.no_grad():
+                    num_classes = model(subset.inputs[:1].to(job.device)).shape[1]
+                rows = job_rows(job, spec, version, model, subset, job_targets(job, subset, num_classes), log)
+            except Exception as exc:  # harness-side failure (model load, ...): still rows, with the cause
+                log.write(traceback.format_exc())
+                rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)
+    write_job(run_dir, job.job_id, rows)
+    return {"job_id": job.job_id, "status": _job_status(rows), "path": str(job_path(run_dir, job.job_id))}
+
+
+def _job_status(rows) -> str:
+    statuses = set(rows["status"])
+    for status in ("timeout", "crash", "invalid"):
+        if status in statuses:
+            return status
+    return "ok"
+
+
+def worker_loop(conn, threads: int) -> None:
+    """A persistent child: receive (job, run_dir), execute, answer; ``None`` ends it.
+
+    Each job's stderr (and a fatal signal's traceback, via faulthandler) goes to its log file.
+    """
+    torch.set_num_threads(max(1, threads))
+    faulthandler.enable()  # on fd 2, which points at the current job's log while it runs
+    stderr_fd = os.dup(2)
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        job, run_dir = message
+        log_path = logs_dir(Path(run_dir)) / f"{job.job_id}.stderr"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as err:
+            os.dup2(err.fileno(), 2)
+            try:
+                result = execute_job(job, run_dir)
+            except Exception as exc:
+                result = {"job_id": job.job_id, "status": "error", "error": one_line(exc)}
+            finally:
+                sys.stderr.flush()
+                os.dup2(stderr_fd, 2)
+        conn.send(result)

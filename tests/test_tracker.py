@@ -1,0 +1,115 @@
+"""QueryTracker: exact per-sample counts, the budget, and best-not-last."""
+import torch
+import torch.nn.functional as F
+import torchattacks
+
+from attackaudit.tracker import QueryTracker
+
+
+def fgsm(model, x, y, eps):
+    x = x.clone().requires_grad_(True)
+    loss = F.cross_entropy(model(x), y)
+    (g,) = torch.autograd.grad(loss, x)
+    return (x + eps * g.sign()).clamp(0, 1).detach()
+
+
+def test_one_step_attack_costs_one_forward_one_backward(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="linf")
+    fgsm(t, x, y, 0.1)
+    assert t.forwards.tolist() == [1] * 8 and t.backwards.tolist() == [1] * 8
+    # the same through a real library's FGSM
+    t2 = QueryTracker(cnn, x, y, norm="linf")
+    torchattacks.FGSM(t2, eps=0.1)(x, y)
+    assert t2.forwards.tolist() == [1] * 8 and t2.backwards.tolist() == [1] * 8
+
+
+def test_subset_reorder_repeat_are_attributed_to_the_right_sample(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="l2")
+    noise = 0.01 * torch.randn_like(x)
+    with torch.no_grad():
+        t(x[[5, 2]] + noise[[5, 2]])                 # subset
+        t(x.flip(0) + noise)                         # reordered
+        t(torch.cat([x[[3]], x[[3]], x[[3]]]))       # repeated
+    expected = [1] * 8
+    for i in (5, 2):
+        expected[i] += 1
+    expected[3] += 3
+    assert t.forwards.tolist() == expected
+    assert t.backwards.sum() == 0
+
+
+def test_backward_on_subset_counts_only_those_rows(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="linf")
+    xs = x[[1, 4, 6]].clone().requires_grad_(True)
+    t(xs).sum().backward()
+    assert t.backwards.tolist() == [0, 1, 0, 0, 1, 0, 1, 0]
+
+
+def test_budget_is_never_exceeded_and_refusal_is_useless(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="linf", budget=11)
+    adv = x.clone()
+    for _ in range(10):
+        adv = fgsm(t, adv, y, 0.01)
+    assert (t.queries <= 11).all() and (t.queries == 11).all()
+    assert (t.refused == 9).all()  # 10 forwards + 10 backwards wanted, 11 allowed
+    # past the budget: the clean label wins and the gradient is zero
+    xr = (x + 0.3).clamp(0, 1).requires_grad_(True)
+    out = t(xr)
+    assert (out.argmax(1) == y).all()
+    out.sum().backward()
+    assert xr.grad.abs().sum() == 0
+    assert (t.queries <= 11).all()
+
+
+def test_best_is_kept_when_last_iterate_is_worse(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="linf")
+    with torch.no_grad():
+        pred = cnn(x).argmax(1)
+    correct = pred == y
+    # walk towards a random other image: some point along the way is adversarial
+    other = x.roll(1, 0)
+    for a in torch.linspace(0, 1, 21):
+        with torch.no_grad():
+            t(x + a * (other - x))
+    # the last iterate is `other` (distance large); best must be the first adversarial point
+    final = (other - x).flatten(1).abs().amax(1)
+    found = torch.isfinite(t.best_distance) & correct
+    assert found.any()
+    assert (t.best_distance[found] <= final[found]).all()
+    assert (t.best_distance[found] < final[found]).any()
+    with torch.no_grad():
+        assert (cnn(t.best_adversarial[found]).argmax(1) != y[found]).all()
+    dist = (t.best_adversarial - x).flatten(1).abs().amax(1)
+    assert torch.allclose(dist[found], t.best_distance[found], atol=1e-6)
+
+
+def test_targeted_best_requires_reaching_the_target(cnn, subset8):
+    from attackaudit.data import random_targets
+
+    x, y = subset8.inputs, subset8.labels
+    targets = random_targets(y, 10, 0)
+    assert (targets != y).all()
+    t = QueryTracker(cnn, x, y, norm="l2", targeted=True, targets=targets)
+    torchattacks_pgd = torchattacks.PGDL2(t, eps=3.0, alpha=0.2, steps=40)
+    torchattacks_pgd.set_mode_targeted_by_label(quiet=True)
+    torchattacks_pgd(x, targets)
+    found = torch.isfinite(t.best_distance)
+    assert found.float().mean() >= 0.75
+    with torch.no_grad():
+        assert (cnn(t.best_adversarial[found]).argmax(1) == targets[found]).all()
+    assert (t.queries <= 2000).all() and (t.forwards >= 40).all()
+
+
+def test_clean_misclassified_have_distance_zero(cnn):
+    from attackaudit.data import digits
+
+    x, y = digits("test")
+    with torch.no_grad():
+        wrong = torch.nonzero(cnn(x).argmax(1) != y).squeeze(1)[:3]
+    t = QueryTracker(cnn, x[wrong], y[wrong], norm="l2")
+    assert (t.best_distance == 0).all() and (~t.clean_correct).all()
