@@ -61,14 +61,15 @@ class QueryTracker(nn.Module):
         else:
             self._half_separation = torch.full((n,), float("inf"), device=device)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows and owners
+        self._arange = torch.arange(n, device=device)
         refusal = torch.nn.functional.one_hot(self.labels, self.num_classes).float()
         if targeted:
             refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
         self._refusal = refusal * REFUSAL_SCALE
 
     # -- attribution -----------------------------------------------------------------------
-    def attribute(self, rows: Tensor) -> Tensor:
-        """Index of the original each flattened row (B×D) belongs to -> B.
+    def attribute(self, rows: Tensor) -> tuple[Tensor, bool]:
+        """Owner (original index) of each flattened row (B×D) -> (B indices, whole-batch-in-order).
 
         A row is given to the nearest original, or to the owner of the nearest row of the
         previous query when that is closer: an iterate is closer to the previous iterate than to
@@ -77,25 +78,25 @@ class QueryTracker(nn.Module):
         """
         b, n = rows.shape[0], self._flat.shape[0]
         rows = rows.to(self._flat.dtype)
-        idx = torch.empty(b, dtype=torch.long, device=rows.device)
-        unresolved = torch.ones(b, dtype=torch.bool, device=rows.device)
         if b == n:
             own = lp_norm(rows - self._flat, "l1" if self.norm == "l0" else self.norm)
             ok = own < self._half_separation
-            idx[ok] = torch.arange(n, device=rows.device)[ok]
-            unresolved = ~ok
-        if unresolved.any():
-            pending = rows[unresolved]
-            dist = pairwise_distance(pending, self._flat, self.norm)
-            best, owner = dist.min(1)
-            if self._previous is not None:
-                prev_rows, prev_idx = self._previous
-                prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
-                closer = prev_dist < best
-                owner = torch.where(closer, prev_idx[prev_pos], owner)
-            idx[unresolved] = owner
-        self._previous = (rows.clone(), idx)  # the attack may later change its tensor in place
-        return idx
+            if bool(ok.all()):  # the common case: the whole batch, in order
+                self._previous = (rows.clone(), self._arange)  # the attack may change its tensor in place
+                return self._arange, True
+            idx = torch.where(ok, self._arange, -1)
+        else:
+            idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
+        unresolved = idx < 0
+        pending = rows[unresolved]
+        best, owner = pairwise_distance(pending, self._flat, self.norm).min(1)
+        if self._previous is not None:
+            prev_rows, prev_idx = self._previous
+            prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
+            owner = torch.where(prev_dist < best, prev_idx[prev_pos], owner)
+        idx[unresolved] = owner
+        self._previous = (rows.clone(), idx)
+        return idx, False
 
     @staticmethod
     def _rank_within_batch(idx: Tensor) -> Tensor:
@@ -109,9 +110,19 @@ class QueryTracker(nn.Module):
         rank[order] = pos - first[sorted_idx]
         return rank
 
-    def _within_budget(self, idx: Tensor) -> Tensor:
-        used = self.forwards[idx] + self.backwards[idx]
-        return used + self._rank_within_batch(idx) < self.budget
+    def _within_budget(self, idx: Tensor, in_order: bool) -> Tensor:
+        used = self.forwards + self.backwards if in_order else self.forwards[idx] + self.backwards[idx]
+        if not in_order:
+            used = used + self._rank_within_batch(idx)
+        return used < self.budget
+
+    def _count(self, counter: Tensor, idx: Tensor, allowed: Tensor, in_order: bool, everyone: bool) -> None:
+        if in_order and everyone:
+            counter += 1
+            return
+        counter.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
+        if not everyone:
+            self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
 
     def _is_adversarial(self, logits: Tensor, idx: Tensor) -> Tensor:
         pred = logits.argmax(1)
@@ -124,37 +135,38 @@ class QueryTracker(nn.Module):
         if self.model.training:  # a library that calls train() must not change the model
             self.model.eval()
         rows = x.detach().reshape(x.shape[0], -1)
-        idx = self.attribute(rows)
-        allowed = self._within_budget(idx)
-        self.forwards.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
-        self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
+        idx, in_order = self.attribute(rows)
+        allowed = self._within_budget(idx, in_order)
+        everyone = bool(allowed.all())
+        self._count(self.forwards, idx, allowed, in_order, everyone)
         out = self.model(x)
-        if not allowed.all():
+        if not everyone:
             out = torch.where(allowed.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
-        self._update_best(rows, out.detach(), idx, allowed)
+        self._update_best(rows, out.detach(), idx, allowed, everyone)
         if out.requires_grad:
-            out.register_hook(lambda grad, idx=idx: self._on_backward(grad, idx))
+            out.register_hook(lambda grad, idx=idx, in_order=in_order: self._on_backward(grad, idx, in_order))
         return out
 
-    def _on_backward(self, grad: Tensor, idx: Tensor) -> Tensor:
-        allowed = self._within_budget(idx)
-        self.backwards.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
-        self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
-        if allowed.all():
-            return grad
-        return grad * allowed.unsqueeze(1).to(grad.dtype)
+    def _on_backward(self, grad: Tensor, idx: Tensor, in_order: bool) -> Tensor:
+        allowed = self._within_budget(idx, in_order)
+        everyone = bool(allowed.all())
+        self._count(self.backwards, idx, allowed, in_order, everyone)
+        return grad if everyone else grad * allowed.unsqueeze(1).to(grad.dtype)
 
-    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor) -> None:
-        rows = rows.to(self._flat.dtype)
-        finite = torch.isfinite(rows).all(1) & torch.isfinite(logits).all(1)
-        in_box = (rows.amin(1) >= -BOX_TOLERANCE) & (rows.amax(1) <= 1 + BOX_TOLERANCE)
-        candidate = allowed & finite & in_box & self._is_adversarial(logits, idx)
-        if not candidate.any():
+    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor, everyone: bool) -> None:
+        candidate = self._is_adversarial(logits, idx)
+        if not everyone:
+            candidate &= allowed
+        if not bool(candidate.any()):
             return
-        rows_c, idx_c = rows[candidate].clamp(0, 1), idx[candidate]
+        rows_c, idx_c = rows[candidate].to(self._flat.dtype), idx[candidate]
+        # only finite, in-box rows with finite logits count (the clamp below must not change them)
+        valid = (torch.isfinite(rows_c).all(1) & torch.isfinite(logits[candidate]).all(1)
+                 & (rows_c.amin(1) >= -BOX_TOLERANCE) & (rows_c.amax(1) <= 1 + BOX_TOLERANCE))
+        rows_c, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
         dist = lp_norm(rows_c - self._flat[idx_c], self.norm)
         better = dist < self.best_distance[idx_c]
-        if not better.any():
+        if not bool(better.any()):
             return
         rows_c, idx_c, dist = rows_c[better], idx_c[better], dist[better]
         # several rows of one sample may improve it: keep the smallest
@@ -174,9 +186,8 @@ class QueryTracker(nn.Module):
         with torch.no_grad():
             logits = self.model(adversarial.detach().to(self.inputs.dtype))
         everyone = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
-        idx = torch.arange(len(rows), device=rows.device)
-        self._update_best(rows, logits, idx, everyone)
-        return self._is_adversarial(logits, idx)
+        self._update_best(rows, logits, self._arange, everyone, True)
+        return self._is_adversarial(logits, self._arange)
 
     @property
     def queries(self) -> Tensor:
