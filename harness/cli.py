@@ -82,9 +82,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 def _run_flags(args: argparse.Namespace) -> dict:
     keys = ["out", "preset", "models", "libraries", "families", "norms", "attacks", "samples",
             "budget", "seed", "executor", "scheduler", "workers", "device", "batch_size",
-            "timeout_s", "memory_limit_mb", "steps_scale"]
+            "timeout_s", "memory_limit_mb", "steps_scale", "dataset", "model_dir", "threat_model"]
     flags = {k: getattr(args, k) for k in keys}
-    for k in ("targeted", "metamorphic", "quiet", "force", "strict"):
+    for k in ("targeted", "metamorphic", "quiet", "force", "strict", "allow_download", "trust_checkpoint"):
         flags[k] = True if getattr(args, k) else None
     flags["plugins"] = args.plugin
     return flags
@@ -92,6 +92,9 @@ def _run_flags(args: argparse.Namespace) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_toml, resolve
+    from .datasets import DataSourceError
+    from .model_checks import ModelCheckError
+    from .models import ModelSourceError
     from .runner import run
     from .store import RunDirError
 
@@ -99,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         toml = load_toml(args.config) if args.config else None
         config = resolve(toml, _run_flags(args))
         summary = run(config)
-    except (ConfigError, RunDirError) as exc:
+    except (ConfigError, RunDirError, DataSourceError, ModelSourceError, ModelCheckError) as exc:
         raise UsageError(str(exc)) from None
     print(summary.line(), file=sys.stderr if config.quiet else sys.stdout)
     print(f"results: {summary.run_dir} (attackaudit.load_run({str(summary.run_dir)!r}))")
@@ -139,8 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "dask"])
     p.add_argument("--scheduler", help="address of an existing Dask scheduler")
     p.add_argument("--workers", type=int)
-    p.add_argument("--device", choices=["cpu", "cuda", "auto"])
-    p.add_argument("--batch-size", dest="batch_size", type=int)
+    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    p.add_argument("--batch-size", dest="batch_size", type=int, help="samples per attack call (0: all at once)")
+    p.add_argument("--dataset", help="digits, cifar10:DIR, cifar100:DIR, imagenet:ROOT:LIST[:CROP[:RESIZE]], "
+                                     "tensors:FILE or tensors:INPUTS:LABELS")
+    p.add_argument("--model-dir", dest="model_dir",
+                   help="RobustBench checkpoints, laid out as DIR/<dataset>/<threat_model>/<name>.pt")
+    p.add_argument("--threat-model", dest="threat_model",
+                   help="RobustBench threat model (Linf, L2, corruptions) for robustbench: models naming none")
+    p.add_argument("--allow-download", dest="allow_download", action="store_true",
+                   help="let model sources download missing weights (never done otherwise)")
+    p.add_argument("--trust-checkpoint", dest="trust_checkpoint", action="store_true",
+                   help="unpickle checkpoints in full (torch.load weights_only=False): only for trusted files")
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
     p.add_argument("--memory-limit-mb", dest="memory_limit_mb", type=int)
     p.add_argument("--plugin", action="append", help="a .py file defining specs() (repeatable)")
@@ -148,7 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="run a changed config in an existing run directory")
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
     p.set_defaults(func=cmd_run)
+
+    from . import exact_command
+
+    p = sub.add_parser("exact", help="exact minimal L∞/L1 distances of a small ReLU net by MILP")
+    exact_command.add_arguments(p)
+    p.set_defaults(func=_guarded(exact_command.main))
     return parser
+
+
+def _guarded(fn):
+    """Turn a subcommand's ValueError/FileNotFoundError into a one-line usage error."""
+    def call(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            raise UsageError(str(exc).strip("'\"")) from None
+    return call
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -118,3 +118,14 @@ def test_sigkill_at_any_moment_then_rerun_completes_without_duplicates(tmp_path)
     got = comparable(attackaudit.load_run(out))
     assert not list((out / "jobs").glob(".*.tmp"))
     pd.testing.assert_frame_equal(got, expected)
+
+
+def test_memory_blow_up_is_killed_and_recorded(tmp_path):
+    out = tmp_path / "mem"
+    plugin = str(Path(__file__).parent / "plugins" / "memory_hog.py")
+    res = cli("run", "--models", "digits-cnn", "--libraries", "memhog", "--plugin", plugin, "--samples", "2",
+              "--memory-limit-mb", "2500", "--quiet", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    df = attackaudit.load_run(out)
+    assert set(df["status"]) == {"crash"}
+    assert "memory limit exceeded" in df["error"].iloc[0]
