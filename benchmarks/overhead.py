@@ -1,0 +1,159 @@
+"""Overhead of attackaudit (adapter + QueryTracker) over calling each library directly.
+
+For each library, the same attack on the same model and inputs runs directly through the library
+and through attackaudit's adapter on a QueryTracker, alternating, several repetitions; prints the
+median wall-time ratio per library. Models: the digits CNN (8×8) and a ResNet-18 shape on 32×32
+inputs (random weights: only timing matters).
+
+    python benchmarks/overhead.py [--device cpu|cuda] [--reps 7] [--models digits cifar]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attackaudit.adapters import load_library
+from attackaudit.tracker import QueryTracker
+
+
+def cifar_resnet18() -> nn.Module:
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10)
+    model.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # the CIFAR stem: 32×32 inputs
+    model.maxpool = nn.Identity()
+    return model.eval()
+
+
+def direct_calls(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, Callable[[], object]]:
+    """Each library called the way its documentation shows, on the raw model."""
+    calls: dict[str, Callable[[], object]] = {}
+    eps, alpha = 0.03, 0.01
+
+    def adv_lib_call():
+        from adv_lib.attacks import ddn
+        return ddn(model, x, y, steps=steps)
+    calls["adv_lib"] = adv_lib_call
+
+    def torchattacks_call():
+        import torchattacks
+        return torchattacks.PGD(model, eps=eps, alpha=alpha, steps=steps, random_start=True)(x, y)
+    calls["torchattacks"] = torchattacks_call
+
+    def foolbox_call():
+        import foolbox as fb
+        fmodel = fb.PyTorchModel(model, bounds=(0, 1), device=x.device)
+        return fb.attacks.LinfPGD(steps=steps, abs_stepsize=alpha)(fmodel, x, y, epsilons=eps)[1]
+    calls["foolbox"] = foolbox_call
+
+    def art_call():
+        from art.attacks.evasion import ProjectedGradientDescent
+        from art.estimators.classification import PyTorchClassifier
+        clf = PyTorchClassifier(model, nn.CrossEntropyLoss(), tuple(x.shape[1:]), 10, clip_values=(0, 1),
+                                device_type="gpu" if x.is_cuda else "cpu")
+        atk = ProjectedGradientDescent(clf, eps=eps, eps_step=alpha, max_iter=steps, batch_size=len(x),
+                                       verbose=False)
+        return atk.generate(x.cpu().numpy(), y.cpu().numpy())
+    calls["art"] = art_call
+
+    def cleverhans_call():
+        from cleverhans.torch.attacks.projected_gradient_descent import projected_gradient_descent
+        return projected_gradient_descent(model, x, eps, alpha, steps, float("inf"), clip_min=0.0, clip_max=1.0,
+                                          y=y, rand_init=True)
+    calls["cleverhans"] = cleverhans_call
+    return calls
+
+
+#: the spec used through attackaudit for each library, and its params for the same work
+SPECS = {
+    "adv_lib": ("adv_lib/ddn/l2", lambda steps: {"steps": steps}, None),
+    "torchattacks": ("torchattacks/PGD/linf", lambda steps: {"steps": steps}, 0.03),
+    "foolbox": ("foolbox/LinfPGD/linf", lambda steps: {"steps": steps}, 0.03),
+    "art": ("art/ProjectedGradientDescent/linf", lambda steps: {"max_iter": steps}, 0.03),
+    "cleverhans": ("cleverhans/projected_gradient_descent/linf", lambda steps: {"nb_iter": steps}, 0.03),
+}
+
+
+def tracked_call(library: str, model: nn.Module, x, y, steps: int) -> Callable[[], object] | None:
+    key, params, eps = SPECS[library]
+    entry = load_library(library)
+    spec = next((s for s in entry.specs if s.key == key), None)
+    if spec is None:
+        return None
+    steps_param = spec.steps_param
+    spec = spec.with_params(**{steps_param: steps}) if steps_param else spec
+
+    def call():
+        tracker = QueryTracker(model, x, y, norm=spec.norm, budget=10**9)
+        kw = {"eps": eps} if spec.kind == "fixed" else {}
+        return spec.run(tracker, x.clone(), y, **kw)
+    return call
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def bench(name: str, model: nn.Module, x, y, steps: int, reps: int, device, libraries) -> None:
+    direct = direct_calls(model, x, y, steps)
+    print(f"\n{name}: batch {tuple(x.shape)}, {steps} steps, {reps} alternating repetitions, device {device}")
+    print(f"{'library':14s} {'direct s':>9s} {'tracked s':>9s} {'ratio':>7s}")
+    for lib in libraries:
+        tracked = tracked_call(lib, model, x, y, steps)
+        if tracked is None:
+            print(f"{lib:14s} spec {SPECS[lib][0]} not in catalogue")
+            continue
+        torch.manual_seed(0)
+        timed(direct[lib], device), timed(tracked, device)  # warm-up
+        ratios, d_times, t_times = [], [], []
+        for r in range(reps):
+            torch.manual_seed(r)
+            if r % 2:
+                t1 = timed(tracked, device); d1 = timed(direct[lib], device)
+            else:
+                d1 = timed(direct[lib], device); t1 = timed(tracked, device)
+            ratios.append(t1 / d1)
+            d_times.append(d1)
+            t_times.append(t1)
+        print(f"{lib:14s} {statistics.median(d_times):9.3f} {statistics.median(t_times):9.3f} "
+              f"{statistics.median(ratios):7.3f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--models", nargs="+", default=["digits", "cifar"], choices=["digits", "cifar"])
+    parser.add_argument("--libraries", nargs="+", default=list(SPECS))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    if "digits" in args.models:
+        from attackaudit.data import load_subset
+        from attackaudit.zoo import load_model
+
+        sub = load_subset("digits", 64, 0)
+        bench("digits-cnn", load_model("digits-cnn", device), sub.inputs.to(device), sub.labels.to(device),
+              100, args.reps, device, args.libraries)
+    if "cifar" in args.models:
+        n = 16 if device.type == "cpu" else 256
+        x = torch.rand(n, 3, 32, 32, device=device)
+        y = torch.randint(0, 10, (n,), device=device)
+        bench("resnet18-32x32", cifar_resnet18().to(device), x, y, 10 if device.type == "cpu" else 50,
+              args.reps, device, args.libraries)
+
+
+if __name__ == "__main__":
+    main()
