@@ -1,0 +1,479 @@
+"""Everything a report shows, computed once from the merged result table (no rendering here).
+
+``load_runs`` reads one or several run directories (``harness/store.py``) and any exact MILP
+distances stored beside them (``DIR/exact/<model>__<norm>.parquet``); ``build`` turns the rows
+into a ``ReportData``: the summary, the leaderboard, the alignment, the flags, the
+recommendation, crashes, and the per-sample distances the plots need. The numbers come from
+``attackaudit.fidelity``'s public API; the few things it does not provide (per-implementation
+distance arrays for curves and scatter plots, the crash list, the largest cross-library gaps)
+are computed here from the table.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from .. import fidelity
+from ..store import load_run, read_manifest
+
+#: statuses a job can end with that are not a clean finish
+FAILED_STATUSES = ("crash", "timeout", "invalid")
+
+#: one sentence per flag, for readers who do not know the vocabulary
+FLAG_MEANINGS: dict[str, str] = {
+    "crash": "the attack raised an exception; what the tracker saw before it still counts",
+    "timeout": "the job ran past its time limit and was killed",
+    "invalid": "it returned NaN, or a batch of the wrong shape or type",
+    "label_bug": "it worked hard yet broke almost nothing others broke and stopped with budget left: "
+                 "the pattern of a wrong label convention",
+    "silent_failure": "it did not really run (no gradient, or about one query per sample)",
+    "budget_overrun": "it asked for more queries than the budget; the tracker refused the extra ones",
+    "out_of_box": "it returned inputs outside the [0, 1] box",
+    "last_not_best": "it returned a worse point than the best adversarial it had already found",
+    "nondeterminism": "two seeded runs of the same config disagree",
+    "optimality_gap": "it is significantly and materially weaker than the best implementation of its "
+                      "family on the same model",
+    "shift_sensitivity": "its result changes when every logit is shifted by the same per-sample constant, "
+                         "which no sound loss notices",
+    "below_exact": "it claims a perturbation smaller than the proven exact minimum: a bug",
+}
+
+
+@dataclass
+class Curve:
+    """Per-sample distances of one (model, norm): the envelope, each implementation, and the exact
+    reference when one exists. Samples broken at ε = 0 are 0 for everyone (as in fidelity)."""
+
+    model: str
+    norm: str
+    samples: np.ndarray
+    d_star: np.ndarray
+    by_impl: dict[tuple[str, str], np.ndarray]          # (implementation, version) -> distances
+    optimality: dict[tuple[str, str], float]
+    exact: np.ndarray | None = None                      # exact reference distances (own samples)
+    exact_unsolved: int = 0
+
+
+@dataclass
+class Pair:
+    """Two implementations of one family and norm, and their per-sample distances (live samples,
+    all shared models concatenated) for the scatter plot."""
+
+    family: str
+    norm: str
+    a: tuple[str, str]
+    b: tuple[str, str]
+    library_a: str
+    library_b: str
+    optimality_a: float
+    optimality_b: float
+    p_value: float
+    effect_size: float
+    wins_a: int
+    wins_b: int
+    dist_a: np.ndarray
+    dist_b: np.ndarray
+    models: np.ndarray                                    # model of each point
+
+    @property
+    def gap(self) -> float:
+        return abs(self.optimality_a - self.optimality_b)
+
+
+@dataclass
+class ReportData:
+    runs: list[Path]
+    table: pd.DataFrame
+    manifests: list[dict]
+    summary: dict
+    leaderboard: pd.DataFrame
+    side: pd.DataFrame
+    pairs: pd.DataFrame
+    flags: pd.DataFrame
+    recommend: pd.DataFrame
+    local: pd.DataFrame
+    crashes: pd.DataFrame
+    implementations: pd.DataFrame
+    curves: list[Curve]
+    families: list[dict]                                  # per family and norm with ≥ 2 implementations
+    gaps: list[Pair]                                      # cross-library pairs, largest ξ gap first
+    exact: pd.DataFrame | None = None
+    true_optimality: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    #: implementation key -> colour index, the same in every plot
+    colors: dict[tuple[str, str], int] = field(default_factory=dict)
+    _svgs: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def svg(self, key: str, render) -> str:
+        """``render()``'s SVG, drawn once per report (Markdown and HTML share it)."""
+        if key not in self._svgs:
+            self._svgs[key] = render()
+        return self._svgs[key]
+
+
+# ------------------------------------------------------------------------------------ loading
+def _one_line(text: object, limit: int = 300) -> str:
+    s = str(text if text is not None else "").strip()
+    s = s.splitlines()[0] if s else ""
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def load_exact(run_dir: Path) -> pd.DataFrame | None:
+    """Exact distances stored by ``attackaudit exact`` under ``run_dir/exact``; None when absent.
+    Unreadable files are skipped; the ``adversarial`` column (verified inputs) is dropped."""
+    frames = []
+    for path in sorted((Path(run_dir) / "exact").glob("*.parquet")):
+        try:
+            frame = pd.read_parquet(path)
+        except Exception:
+            continue
+        frames.append(frame.drop(columns=[c for c in ("adversarial",) if c in frame.columns]))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def load_runs(run_dirs: Iterable[Path | str]) -> tuple[pd.DataFrame, list[dict], pd.DataFrame | None]:
+    """Merged rows, manifests and exact distances of one or several run directories.
+
+    Later directories' rows win over earlier ones for the same implementation, model, norm and
+    sample (fidelity keeps the last). Raises ValueError (one line) for a missing directory, one
+    without results, or no directory at all.
+    """
+    dirs = [Path(d) for d in run_dirs]
+    if not dirs:
+        raise ValueError("no run directory given")
+    tables, manifests, exacts = [], [], []
+    for d in dirs:
+        if not d.is_dir():
+            raise ValueError(f"run directory {d} does not exist")
+        rows = load_run(d)
+        if rows.empty:
+            raise ValueError(f"run directory {d} holds no results (no readable jobs/*.parquet); "
+                             f"run `attackaudit run --out {d}` first")
+        tables.append(rows)
+        try:
+            manifests.append(read_manifest(d) or {})
+        except (OSError, ValueError):
+            manifests.append({})
+        exact = load_exact(d)
+        if exact is not None:
+            exacts.append(exact)
+    table = pd.concat(tables, ignore_index=True)
+    exact = pd.concat(exacts, ignore_index=True).drop_duplicates(
+        [c for c in ("model", "dataset", "norm", "sample") if c in exacts[0].columns], keep="last") \
+        if exacts else None
+    return table, manifests, exact
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _distances(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, norm, implementation, version, sample): best distance (NaN → inf), last row wins."""
+    t = table.copy()
+    if "implementation" not in t.columns:
+        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    for col in ("implementation", "library_version", "model", "norm"):
+        t[col] = t[col].fillna("").astype(str)
+    t["best_distance"] = pd.to_numeric(t["best_distance"], errors="coerce").astype(float).fillna(np.inf)
+    keys = ["model", "norm", "implementation", "library_version", "sample"]
+    return t.drop_duplicates(keys, keep="last")[keys + ["best_distance"]]
+
+
+def _curves(table: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None) -> list[Curve]:
+    dist = _distances(table)
+    env = fidelity.envelope(table)
+    ref = None
+    if exact is not None and {"status", "exact_distance", "lower_bound"} <= set(exact.columns):
+        from ..fidelity.exact import exact_reference
+        ref = exact_reference(exact)
+    opt = {(r.model, r.norm, r.implementation, r.library_version): float(r.optimality)
+           for r in local.itertuples(index=False)}
+    out = []
+    for (model, norm), e in env.groupby(["model", "norm"], sort=True):
+        e = e.sort_values("sample")
+        samples = e["sample"].to_numpy()
+        d_star = e["d_star"].to_numpy(dtype=float)
+        live = d_star > 0
+        by_impl = {}
+        part = dist[(dist["model"] == model) & (dist["norm"] == norm)]
+        for (impl, version), g in part.groupby(["implementation", "library_version"], sort=True):
+            d = g.set_index("sample")["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float)
+            by_impl[(impl, version)] = np.where(live, d, 0.0)
+        exact_d, unsolved = None, 0
+        if ref is not None:
+            r = ref[(ref["model"] == model) & (ref["norm"] == norm)]
+            if len(r):
+                exact_d = r["reference"].to_numpy(dtype=float)
+                unsolved = int(r["unsolved"].sum())
+        out.append(Curve(model, norm, samples, d_star, by_impl,
+                         {k: opt.get((model, norm, *k), float("nan")) for k in by_impl}, exact_d, unsolved))
+    return out
+
+
+def _crashes(table: pd.DataFrame) -> pd.DataFrame:
+    cols = ["model", "norm", "implementation", "library_version", "status", "samples", "of", "cause"]
+    t = table.copy()
+    t["status"] = t.get("status", pd.Series("ok", index=t.index)).fillna("ok").astype(str)
+    t["error"] = t.get("error", pd.Series("", index=t.index)).fillna("").astype(str)
+    rows = []
+    for (model, norm, impl, version), g in t.groupby(["model", "norm", "implementation", "library_version"],
+                                                      sort=True):
+        for status in FAILED_STATUSES:
+            bad = g[g["status"] == status]
+            if len(bad):
+                causes = [c for c in dict.fromkeys(bad["error"].map(_one_line)) if c]
+                rows.append({"model": model, "norm": norm, "implementation": impl, "library_version": version,
+                             "status": status, "samples": len(bad), "of": len(g),
+                             "cause": causes[0] if causes else "no error recorded"})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _implementations(table: pd.DataFrame) -> pd.DataFrame:
+    cols = ["implementation", "library", "library_version", "attack", "family", "norm", "kind", "params"]
+    t = table.copy()
+    for c in cols:
+        if c not in t.columns:
+            t[c] = ""
+        t[c] = t[c].fillna("").astype(str)
+    return t.drop_duplicates(["implementation", "library_version", "norm"])[cols] \
+        .sort_values(["family", "implementation", "library_version", "norm"]).reset_index(drop=True)
+
+
+def _pairs_for_plots(table: pd.DataFrame, pairs: pd.DataFrame, side: pd.DataFrame) -> list[Pair]:
+    """Every pooled (or single-model) pair of implementations with their live distances."""
+    if pairs.empty:
+        return []
+    lib = {(r.implementation, r.library_version): r.library for r in side.itertuples(index=False)}
+    dist = _distances(table)
+    env = fidelity.envelope(table)[["model", "norm", "sample", "d_star"]]
+    dist = dist.merge(env, on=["model", "norm", "sample"], how="left")
+    dist = dist[dist["d_star"] > 0]
+    out = []
+    for (family, norm, a, va, b, vb), g in pairs.groupby(
+            ["family", "norm", "implementation_a", "library_version_a", "implementation_b", "library_version_b"],
+            sort=True):
+        row = g[g["model"] == fidelity.POOLED]
+        row = row.iloc[0] if len(row) else g.iloc[0]
+        models = [m for m in g["model"].unique() if m != fidelity.POOLED]
+        da, db, ms = [], [], []
+        for m in sorted(models):
+            part = dist[(dist["model"] == m) & (dist["norm"] == norm)]
+            xa = part[(part["implementation"] == a) & (part["library_version"] == va)].set_index("sample")
+            xb = part[(part["implementation"] == b) & (part["library_version"] == vb)].set_index("sample")
+            samples = sorted(set(part["sample"]))
+            da.append(xa["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float))
+            db.append(xb["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float))
+            ms.append(np.full(len(samples), m, dtype=object))
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
+        out.append(Pair(family, norm, (a, va), (b, vb), lib.get((a, va), ""), lib.get((b, vb), ""),
+                        float(row["optimality_a"]), float(row["optimality_b"]), float(row["p_value"]),
+                        float(row["effect_size"]), int(row["wins_a"]), int(row["wins_b"]),
+                        cat(da), cat(db), cat(ms) if ms else np.zeros(0, dtype=object)))
+    return out
+
+
+def _first(values: Iterable) -> list:
+    return list(dict.fromkeys(v for v in values if v not in (None, "", [])))
+
+
+def _summary(table: pd.DataFrame, manifests: list[dict], runs: list[Path], board: pd.DataFrame,
+             flags_df: pd.DataFrame, crashes: pd.DataFrame) -> tuple[dict, list[str]]:
+    notes = []
+    models = sorted(table["model"].astype(str).unique())
+    real = [m for m in models if "~" not in m]
+    twins = [m for m in models if "~" in m]
+    versions: dict[str, list[str]] = {}
+    for lib, ver in table[["library", "library_version"]].astype(str).drop_duplicates().itertuples(index=False):
+        versions.setdefault(lib, []).append(ver)
+    for m in manifests:
+        for lib, ver in (m.get("library_versions") or {}).items():
+            if str(ver) not in versions.setdefault(str(lib), []):
+                versions[str(lib)].append(str(ver))
+    subset_hashes = _first(table.get("subset_hash", pd.Series(dtype=str)).astype(str).unique())
+    if len(subset_hashes) > 1:
+        notes.append(f"The merged runs use {len(subset_hashes)} different sample subsets; an implementation "
+                     "is charged as failing on samples of a subset it did not run on.")
+    budgets = sorted({int(b) for b in pd.to_numeric(table.get("budget", pd.Series(dtype=float)),
+                                                     errors="coerce").dropna()})
+    samples = table.groupby("model")["sample"].nunique().to_dict()
+    impl_keys = table[["implementation", "library_version"]].astype(str).drop_duplicates()
+    flagged_keys = set(zip(flags_df["implementation"], flags_df["library_version"])) if len(flags_df) else set()
+    unavailable, skipped = [], []
+    for m in manifests:
+        unavailable += [u for u in (m.get("unavailable") or []) if u not in unavailable]
+        skipped += [s for s in (m.get("skipped") or []) if s not in skipped]
+    targeted = bool(table.get("targeted", pd.Series([False])).fillna(False).astype(bool).any())
+    summary = {
+        "runs": [str(r) for r in runs],
+        "run_names": _first(str(m.get("name", "")) for m in manifests) or [r.name for r in runs],
+        "models": real, "twins": twins,
+        "samples_per_model": {str(k): int(v) for k, v in samples.items()},
+        "datasets": _first(table.get("dataset", pd.Series(dtype=str)).astype(str).unique()),
+        "subset_hashes": subset_hashes,
+        "budgets": budgets,
+        "seeds": _first(m.get("seed") for m in manifests),
+        "targeted": targeted,
+        "norms": sorted(table["norm"].astype(str).unique()),
+        "library_versions": versions,
+        "torch_versions": _first(m.get("torch_version") for m in manifests),
+        "devices": _first(m.get("device") for m in manifests),
+        "n_implementations": int(len(impl_keys)),
+        "n_jobs": int(len(table[["model", "norm", "implementation", "library_version"]].drop_duplicates())),
+        "n_flagged": int(len(flagged_keys)),
+        "n_findings": int(len(flags_df)),
+        "n_failed_jobs": int(len(crashes[["model", "norm", "implementation", "library_version"]]
+                                 .drop_duplicates())) if len(crashes) else 0,
+        "unavailable": unavailable, "skipped": skipped,
+        "ref_eps": {str(r.norm): float(r.ref_eps) for r in board.drop_duplicates("norm").itertuples(index=False)}
+        if len(board) else {},
+    }
+    return summary, notes
+
+
+# ------------------------------------------------------------------------------------ build
+def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
+          exact: pd.DataFrame | None = None) -> ReportData:
+    """All report content for a result table (``harness/job.py`` ``ROW_COLUMNS``)."""
+    manifests = manifests or []
+    runs = [Path(r) for r in (runs or [])]
+    if table.empty:
+        raise ValueError("the result table is empty: nothing to report")
+    if "implementation" not in table.columns:
+        table = table.assign(implementation=table["library"].astype(str) + "/" + table["attack"].astype(str))
+    for col in ("implementation", "library_version", "library", "attack", "family", "model", "norm"):
+        if col in table.columns:
+            table[col] = table[col].fillna("").astype(str)
+    notes: list[str] = []
+    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
+        notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
+        exact = None
+    try:
+        flags_df = fidelity.flags(table, exact=exact)
+    except ValueError:
+        raise
+    except Exception as exc:  # exact distances that do not match the rows must not lose the report
+        if exact is None:
+            raise
+        notes.append(f"Exact distances could not be used ({_one_line(exc, 160)}).")
+        exact = None
+        flags_df = fidelity.flags(table)
+    board = fidelity.leaderboard(table)
+    side, pairs = fidelity.align(table)
+    rec = fidelity.recommend(table, flags_df)
+    local = fidelity.local_optimality(table)
+    crashes = _crashes(table)
+    marks = fidelity.flagged(flags_df)
+    board = board.assign(flags=[", ".join(marks.get((r.implementation, r.library_version, r.norm), []))
+                                for r in board.itertuples(index=False)])
+    side = side.assign(flags=[", ".join(marks.get((r.implementation, r.library_version, r.norm), []))
+                              for r in side.itertuples(index=False)])
+    true_opt = None
+    if exact is not None:
+        try:
+            from ..fidelity.exact import true_optimality
+            true_opt = true_optimality(table, exact)
+        except Exception as exc:
+            notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")
+    summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
+    notes += more
+    curves = _curves(table, local, exact)
+    all_pairs = _pairs_for_plots(table, pairs, side)
+    families = []
+    for (family, norm), g in side.groupby(["family", "norm"], sort=True):
+        if len(g) < 2:
+            continue
+        fam_pairs = [p for p in all_pairs if p.family == family and p.norm == norm]
+        cross = [p for p in fam_pairs if p.library_a != p.library_b]
+        widest = max(fam_pairs, key=lambda p: (p.gap, abs(p.effect_size)), default=None)
+        families.append({"index": len(families), "family": family, "norm": norm, "side": g.reset_index(drop=True),
+                         "pairs": pairs[(pairs["family"] == family) & (pairs["norm"] == norm)].reset_index(drop=True),
+                         "libraries": sorted(set(g["library"])), "cross_library": bool(cross),
+                         "widest": widest})
+    gaps = sorted((p for p in all_pairs if p.library_a != p.library_b), key=lambda p: (-p.gap, p.family, p.norm))
+    summary["largest_gap"] = _gap_dict(gaps[0]) if gaps else None
+    within = sorted((p for p in all_pairs if p.library_a == p.library_b), key=lambda p: (-p.gap, p.family, p.norm))
+    summary["largest_variant_gap"] = _gap_dict(within[0]) if within else None
+    summary["shared_families"] = sorted({f"{f['family']}/{f['norm']}" for f in families if f["cross_library"]})
+    keys = sorted(set(zip(board["implementation"], board["library_version"])) if len(board) else set())
+    return ReportData(runs, table, manifests, summary, board, side, pairs, flags_df, rec, local, crashes,
+                      _implementations(table), curves, families, gaps, exact, true_opt, notes,
+                      {k: i for i, k in enumerate(keys)})
+
+
+def _gap_dict(p: Pair) -> dict:
+    better, worse = (p.a, p.b) if p.optimality_a >= p.optimality_b else (p.b, p.a)
+    return {"family": p.family, "norm": p.norm, "better": better[0], "better_version": better[1],
+            "worse": worse[0], "worse_version": worse[1], "gap": p.gap,
+            "optimality_better": max(p.optimality_a, p.optimality_b),
+            "optimality_worse": min(p.optimality_a, p.optimality_b), "p_value": p.p_value}
+
+
+# ------------------------------------------------------------------------------------ files
+def _jsonable(value: object) -> object:
+    """inf → "inf", NaN → null, numpy scalars → Python: strict JSON that keeps "never broken"."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if math.isnan(f):
+            return None
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        return f
+    if isinstance(value, Path):
+        return str(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    return [_jsonable(r) for r in frame.to_dict(orient="records")]
+
+
+def dump_json(obj: object, path: Path) -> Path:
+    path.write_text(json.dumps(_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def write_tables(data: ReportData, out: Path, json_too: bool = True) -> dict[str, Path]:
+    """``leaderboard``, ``alignment`` (+ ``alignment_pairs`` as CSV), ``flags`` and, with exact
+    distances, ``exact_optimality``: CSV always, JSON when ``json_too``. JSON is strict: inf is the
+    string "inf", NaN null."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+
+    def csv(name: str, frame: pd.DataFrame) -> None:
+        path = out / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        written[f"{name}.csv"] = path
+
+    csv("leaderboard", data.leaderboard)
+    csv("alignment", data.side)
+    csv("alignment_pairs", data.pairs)
+    csv("flags", data.flags)
+    if data.true_optimality is not None:
+        csv("exact_optimality", data.true_optimality)
+    if json_too:
+        written["leaderboard.json"] = dump_json(records(data.leaderboard), out / "leaderboard.json")
+        written["alignment.json"] = dump_json({"implementations": records(data.side), "pairs": records(data.pairs)},
+                                              out / "alignment.json")
+        written["flags.json"] = dump_json(records(data.flags), out / "flags.json")
+        if data.true_optimality is not None:
+            written["exact_optimality.json"] = dump_json(records(data.true_optimality),
+                                                         out / "exact_optimality.json")
+    return written

@@ -1,0 +1,372 @@
+"""What the report says, shared by the Markdown and the HTML renderer: column layouts, number
+formats and the explanatory sentences. Everything returned here is plain text; each renderer
+escapes it for its own format."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .tables import FLAG_MEANINGS, ReportData
+
+
+# ------------------------------------------------------------------------------------ formats
+def _num(v: object) -> float | None:
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f
+
+
+def f_opt(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else f"{f:.3f}"
+
+
+def f_dist(v: object) -> str:
+    f = _num(v)
+    if f is None or math.isnan(f):
+        return "—"
+    return "∞" if math.isinf(f) else f"{f:.4g}"
+
+
+def f_pct(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else f"{f:.0%}"
+
+
+def f_count(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else f"{f:.0f}"
+
+
+def f_sec(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else f"{f:.2f}"
+
+
+def f_p(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else (f"{f:.2g}" if f >= 1e-4 else "<1e-4")
+
+
+def p_is(v: object) -> str:
+    """"p = 0.003" or "p < 1e-4", for sentences."""
+    text = f_p(v)
+    return f"p {text[0]} {text[1:]}" if text.startswith("<") else f"p = {text}"
+
+
+def f_signed(v: object) -> str:
+    f = _num(v)
+    return "—" if f is None or math.isnan(f) else f"{f:+.2f}"
+
+
+def f_text(v: object) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    key: str
+    fmt: Callable[[object], str] = f_text
+    numeric: bool = False
+    tip: str = ""
+
+
+def sort_key(v: object) -> str:
+    """The value a numeric cell sorts by (``data-sort``): inf sorts last, NaN first."""
+    f = _num(v)
+    if f is None or math.isnan(f):
+        return "-Infinity"
+    return "Infinity" if f == math.inf else ("-Infinity" if f == -math.inf else repr(f))
+
+
+N = dict(numeric=True)
+
+LEADERBOARD_COLS = [
+    Col("#", "rank", f_count, True, "rank within the norm, by global optimality"),
+    Col("implementation", "implementation"), Col("library", "library"), Col("version", "library_version"),
+    Col("kind", "kind", tip="minimal: finds the smallest perturbation; fixed: ε budget, made minimal by search"),
+    Col("global ξ", "optimality", f_opt, True, "mean local optimality over models (1 = the envelope)"),
+    Col("worst-model ξ", "optimality_min", f_opt, True, "the lowest local optimality over models"),
+    Col("AttackBench ξ", "optimality_attackbench", f_opt, True,
+        "AttackBench's published variant, for comparison with the public leaderboard only"),
+    Col("ASR @ ref ε", "asr_at_ref", f_pct, True, "fraction of samples broken at the reference ε"),
+    Col("median distance", "median_distance", f_dist, True, "over samples that needed an attack; ∞ if at most half broken"),
+    Col("forwards", "forwards", f_count, True, "mean forward passes per sample"),
+    Col("backwards", "backwards", f_count, True, "mean backward passes per sample"),
+    Col("time (s)", "wall_s", f_sec, True, "wall time per job"),
+    Col("flags", "flags"),
+]
+
+RECOMMEND_COLS = [
+    Col("family", "family"), Col("norm", "norm"), Col("trust", "implementation"),
+    Col("version", "library_version"), Col("global ξ", "optimality", f_opt, True),
+    Col("queries / sample", "queries", f_count, True), Col("choice among", "candidates", f_count, True),
+    Col("flagged", "flagged", f_count, True), Col("runner-up", "runner_up"), Col("note", "note"),
+]
+
+SIDE_COLS = [
+    Col("implementation", "implementation"), Col("library", "library"), Col("version", "library_version"),
+    Col("global ξ", "optimality", f_opt, True), Col("worst-model ξ", "optimality_min", f_opt, True),
+    Col("AttackBench ξ", "optimality_attackbench", f_opt, True), Col("ASR @ ref ε", "asr_at_ref", f_pct, True),
+    Col("median distance", "median_distance", f_dist, True), Col("forwards", "forwards", f_count, True),
+    Col("backwards", "backwards", f_count, True), Col("time (s)", "wall_s", f_sec, True), Col("flags", "flags"),
+]
+
+PAIR_COLS = [
+    Col("model", "model"), Col("A", "implementation_a"), Col("B", "implementation_b"),
+    Col("ξ A", "optimality_a", f_opt, True), Col("ξ B", "optimality_b", f_opt, True),
+    Col("samples", "n_samples", f_count, True, "samples that needed an attack"),
+    Col("A smaller", "wins_a", f_count, True, "samples where A found the smaller perturbation"),
+    Col("B smaller", "wins_b", f_count, True), Col("ties", "ties", f_count, True),
+    Col("Wilcoxon p", "p_value", f_p, True, "two-sided paired signed-rank test"),
+    Col("effect", "effect_size", f_signed, True, "rank-biserial correlation: +1 A always smaller, −1 B always smaller"),
+    Col("median A−B", "median_difference", f_dist, True, "over samples both broke"),
+    Col("verdict", "verdict", tip="better: finds smaller perturbations on significantly more samples (p < 0.01)"),
+]
+
+FLAG_COLS = [
+    Col("flag", "flag"), Col("implementation", "implementation"), Col("version", "library_version"),
+    Col("model", "model"), Col("norm", "norm"), Col("evidence", "evidence"),
+]
+
+CRASH_COLS = [
+    Col("implementation", "implementation"), Col("version", "library_version"), Col("model", "model"),
+    Col("norm", "norm"), Col("status", "status"), Col("samples", "samples", f_count, True),
+    Col("of", "of", f_count, True), Col("cause", "cause"),
+]
+
+EXACT_COLS = [
+    Col("model", "model"), Col("norm", "norm"), Col("implementation", "implementation"),
+    Col("version", "library_version"), Col("samples", "samples", f_count, True),
+    Col("unsolved", "exact_unsolved", f_count, True, "samples whose exact distance is only a lower bound"),
+    Col("true ξ", "true_optimality", f_opt, True, "optimality against the exact robust-accuracy curve"),
+    Col("ξ vs envelope", "empirical_optimality", f_opt, True),
+]
+
+IMPL_COLS = [
+    Col("implementation", "implementation"), Col("library", "library"), Col("version", "library_version"),
+    Col("attack", "attack"), Col("family", "family"), Col("norm", "norm"), Col("kind", "kind"),
+    Col("params", "params"),
+]
+
+
+def split_pairs(pairs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(pooled rows, per-model rows) of ``pair_rows``; with one model its rows are the pooled ones."""
+    p = pair_rows(pairs)
+    pooled = p[p["model"] == "all models"] if len(p) else p
+    if pooled.empty:
+        return p, p.iloc[0:0]
+    return pooled, p[p["model"] != "all models"]
+
+
+def pair_rows(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Pair rows with a ``verdict`` sentence; pooled rows ("*", "all models") first."""
+    if pairs.empty:
+        return pairs.assign(verdict=[])
+    p = pairs.copy()
+    p["_pooled"] = p["model"] != "*"
+    p = p.sort_values(["_pooled", "implementation_a", "implementation_b", "model"], kind="stable").drop(columns="_pooled")
+
+    def verdict(r) -> str:
+        if r.better:
+            return "A better" if r.better == r.implementation_a else "B better"
+        return "no significant difference"
+    p["verdict"] = [verdict(r) for r in p.itertuples(index=False)]
+    p["model"] = p["model"].map(lambda m: "all models" if m == "*" else m)
+    return p
+
+
+# ------------------------------------------------------------------------------------ sentences
+def _impl(name: str, version: str) -> str:
+    return f"{name} {version}".strip()
+
+
+def facts(data: ReportData) -> list[tuple[str, str]]:
+    """The "what ran" list of the summary: (label, value) in reading order."""
+    s = data.summary
+    per_model = s["samples_per_model"]
+    counts = sorted(set(per_model.values()))
+    samples = (f"{counts[0]} per model" if len(counts) == 1 else
+               ", ".join(f"{m}: {n}" for m, n in per_model.items()))
+    versions = "; ".join(f"{lib} {', '.join(v for v in vers if v) or '(version unknown)'}"
+                         for lib, vers in sorted(s["library_versions"].items()))
+    hashes = ", ".join(h[:12] for h in s["subset_hashes"]) or "—"
+    out = [
+        ("runs", ", ".join(s["run_names"]) or "—"),
+        ("models", ", ".join(s["models"]) + (f" (and metamorphic twins: {', '.join(s['twins'])})" if s["twins"] else "")),
+        ("dataset and subset", f"{', '.join(s['datasets']) or '—'}; subset hash {hashes}; {samples}"),
+        ("norms", ", ".join(s["norms"])),
+        ("query budget", ", ".join(f"{b} forwards + backwards per sample" for b in s["budgets"]) or "—"),
+        ("seed", ", ".join(str(x) for x in s["seeds"]) or "—"),
+        ("attacks", "targeted (each sample has a seeded random target)" if s["targeted"] else "untargeted"),
+        ("library versions", versions or "—"),
+    ]
+    if s["torch_versions"] or s["devices"]:
+        out.append(("torch and device", f"{', '.join(map(str, s['torch_versions'])) or '—'} on "
+                                         f"{', '.join(map(str, s['devices'])) or '—'}"))
+    out += [
+        ("implementations", f"{s['n_implementations']} ran, in {s['n_jobs']} jobs (model × implementation × norm)"),
+        ("flagged", f"{s['n_flagged']} of {s['n_implementations']} implementations, {s['n_findings']} findings"),
+        ("failed jobs", f"{s['n_failed_jobs']} crashed, timed out or returned invalid output"),
+    ]
+    return out
+
+
+def findings(data: ReportData) -> list[str]:
+    """The headline findings, most important first."""
+    s, out = data.summary, []
+    gap = s.get("largest_gap")
+    if gap:
+        out.append(f"Largest cross-library gap: {gap['family']} under {gap['norm']} — "
+                   f"{_impl(gap['better'], gap['better_version'])} reaches ξ = {gap['optimality_better']:.3f}, "
+                   f"{_impl(gap['worse'], gap['worse_version'])} only {gap['optimality_worse']:.3f} "
+                   f"(gap {gap['gap']:.3f}, paired Wilcoxon {p_is(gap['p_value'])}).")
+    else:
+        out.append("No attack family ran in two or more libraries, so there is no cross-library comparison; "
+                   "add libraries to the run (--libraries) to compare implementations across them.")
+    var = s.get("largest_variant_gap")
+    if var and var["gap"] > 0:
+        out.append(f"Largest gap between variants of one library: {var['family']} under {var['norm']} — "
+                   f"{_impl(var['better'], var['better_version'])} ξ = {var['optimality_better']:.3f} vs "
+                   f"{_impl(var['worse'], var['worse_version'])} {var['optimality_worse']:.3f}.")
+    if len(data.flags):
+        by = data.flags.groupby("flag")["implementation"].nunique().sort_values(ascending=False)
+        out.append("Flags: " + "; ".join(f"{flag} on {n} implementation{'s' if n != 1 else ''}"
+                                        for flag, n in by.items()) + ".")
+    else:
+        out.append("No implementation was flagged.")
+    untrusted = data.recommend[~data.recommend["trusted"].astype(bool)] if len(data.recommend) else data.recommend
+    for r in untrusted.itertuples(index=False):
+        out.append(f"Every implementation of {r.family} under {r.norm} is flagged; the best of them, "
+                   f"{_impl(r.implementation, r.library_version)}, is listed but not trusted.")
+    for u in data.summary.get("unavailable", []):
+        out.append(f"Library {u.get('library', '?')} was not available: {u.get('reason', '')}")
+    return out + list(data.notes)
+
+
+#: a recommended implementation below this global optimality gets a "weak" note
+WEAK_OPTIMALITY = 0.5
+
+
+def recommendation_rows(data: ReportData) -> pd.DataFrame:
+    r = data.recommend.copy()
+    if r.empty:
+        return r
+    r["implementation"] = [name if trusted else f"{name} (flagged — no clean candidate)"
+                           for name, trusted in zip(r["implementation"], r["trusted"])]
+    r["note"] = [note if note else ("only implementation" if n == 1 else "")
+                 for note, n in zip(r["note"], r["candidates"])]
+    r["note"] = [(note + "; " if note else "") + f"weak: ξ below {WEAK_OPTIMALITY} — far from what other attacks found"
+                 if xi < WEAK_OPTIMALITY else note for note, xi in zip(r["note"], r["optimality"])]
+    # families with a real choice first, then alphabetical
+    r["_single"] = r["candidates"] <= 1
+    return r.sort_values(["_single", "family", "norm"], kind="stable").drop(columns="_single")
+
+
+def family_sentence(fam: dict) -> str:
+    libs = fam["libraries"]
+    n = len(fam["side"])
+    head = (f"{n} implementations from {len(libs)} libraries ({', '.join(libs)})" if len(libs) > 1
+            else f"{n} variants of one library ({libs[0]}); no other library ran this family")
+    best = fam["side"].iloc[0]
+    return (f"{head}. Highest global optimality: {_impl(best['implementation'], best['library_version'])} "
+            f"(ξ = {f_opt(best['optimality'])}).")
+
+
+def pair_sentence(pair) -> str:
+    a, b = _impl(*pair.a), _impl(*pair.b)
+    n = pair.wins_a + pair.wins_b
+    lead = (f"{a} found the smaller perturbation on {pair.wins_a} and {b} on {pair.wins_b} of the {len(pair.dist_a)} "
+            f"samples that needed an attack" + (" (the rest tie)" if len(pair.dist_a) > n else ""))
+    return (f"The two implementations that differ most: {a} (x axis, ξ = {pair.optimality_a:.3f}) against {b} "
+            f"(y axis, ξ = {pair.optimality_b:.3f}). {lead}; Wilcoxon {p_is(pair.p_value)}. Points above the "
+            f"diagonal are samples where {a} did better; points on the dotted red lines are failures.")
+
+
+def curve_caption(curve) -> str:
+    n_live = int(np.count_nonzero(curve.d_star > 0))
+    broken = int(np.count_nonzero(np.isfinite(curve.d_star) & (curve.d_star > 0)))
+    text = (f"Robust accuracy of {curve.model} as the {curve.norm} budget ε grows: lower is a stronger attack. "
+            f"The thick black line is the envelope (for each sample, the smallest perturbation any implementation "
+            f"found); {broken} of the {n_live} samples that needed an attack were broken by some implementation. "
+            f"Each legend entry gives the implementation's local optimality ξ on this model.")
+    if curve.exact is not None:
+        text += (" The dashed red line is the exact curve from the MILP: no attack can go below it, and an "
+                 "envelope far above it means every implementation missed closer adversarials.")
+    return text
+
+
+EXPLAIN_SUMMARY = ("How to read this report: every implementation attacked the same samples of the same models "
+                   "through the same query-tracked wrapper, so their results are directly comparable. For each "
+                   "sample the smallest perturbation that any implementation found forms the envelope; an "
+                   "implementation's optimality ξ measures how close its robust-accuracy curve comes to the "
+                   "envelope's (1 = as good as the best of all, 0 = never succeeded).")
+EXPLAIN_RECOMMEND = ("For each attack family and norm, the implementation to trust is the one with the highest "
+                     "global optimality among those that carry no flag; optimality within 0.001 counts as a tie and "
+                     "the cheaper one (fewer queries per sample) wins.")
+EXPLAIN_LEADERBOARD = ("One row per implementation: global ξ is the mean of the local optimality over the models "
+                       "(worst-model ξ the lowest of them); the AttackBench column is the variant published by "
+                       "AttackBench, shown only to compare with its public leaderboard (it rewards failures, so "
+                       "rank by global ξ). ASR is measured at the reference ε given in the heading; costs are means "
+                       "per sample (time per job). Click a column header to sort.")
+EXPLAIN_CURVES = ("One plot per model and norm. A curve that stays above the envelope means the implementation "
+                  "missed adversarial examples others found at that ε.")
+EXPLAIN_ALIGNMENT = ("Families that more than one implementation ran, side by side. The paired test compares two "
+                     "implementations sample by sample (Wilcoxon signed-rank on the distances; a failure counts as "
+                     "the largest distance): a small p means the gap is not chance, the effect size says how "
+                     "consistently one side wins.")
+EXPLAIN_FLAGS = ("Each flag is a finding about one implementation on one model and norm, with the evidence that "
+                 "triggered it. A flagged implementation is never recommended while a clean one exists.")
+EXPLAIN_CRASHES = ("Jobs that crashed, timed out or returned invalid output, with the one-line cause (the full "
+                   "traceback is in the run's logs/). What the tracker saw before a crash still counts.")
+EXPLAIN_EXACT = ("Exact minimal distances (MILP) give the true robust-accuracy curve; true ξ measures each "
+                 "implementation against it instead of against the envelope.")
+
+
+def flag_meaning(flag: str) -> str:
+    return FLAG_MEANINGS.get(flag, "")
+
+
+DIFF_COLS = [
+    Col("implementation", "implementation"), Col("norm", "norm"), Col("model", "model"),
+    Col("version A", "version_a"), Col("version B", "version_b"),
+    Col("ξ A", "optimality_a", f_opt, True), Col("ξ B", "optimality_b", f_opt, True),
+    Col("Δξ", "delta_optimality", f_signed, True), Col("ASR A", "asr_a", f_pct, True), Col("ASR B", "asr_b", f_pct, True),
+    Col("B better", "n_better", f_count, True, "samples where run B found the smaller perturbation"),
+    Col("B worse", "n_worse", f_count, True), Col("Wilcoxon p", "p_value", f_p, True),
+    Col("flags appeared", "flags_appeared"), Col("flags gone", "flags_disappeared"),
+    Col("verdict", "verdict"), Col("reason", "reason"),
+]
+
+EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs), measured against one joint "
+                "envelope so that a change in one implementation does not move the others' yardstick. A verdict "
+                "needs both a significant paired test and a material change in optimality, or a serious flag that "
+                "appeared or disappeared.")
+
+
+def verdict_line(r) -> str:
+    """One line per implementation and norm for ``attackaudit compare``."""
+    va, vb = str(r["version_a"] or "—"), str(r["version_b"] or "—")
+    model = "" if r["model"] in ("*", "") else f" on {r['model']}"
+    return f"{r['implementation']} [{r['norm']}{model}] {va} -> {vb}: {r['verdict']} ({r['reason']})"
+
+
+def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:
+    """Findings grouped by implementation (then flag severity, model, norm) for reading."""
+    if flags.empty:
+        return flags
+    from ..fidelity import FLAGS
+
+    order = {f: i for i, f in enumerate(FLAGS)}
+    return (flags.assign(_o=flags["flag"].map(order).fillna(len(order)))
+            .sort_values(["implementation", "library_version", "_o", "model", "norm"], kind="stable")
+            .drop(columns="_o"))

@@ -1,0 +1,266 @@
+"""Reports: files, contents in order, escaping of everything that came from a library or a user,
+merging runs, exact distances, the compare command, one-line errors.
+
+Tables are hand-built (fidelity.synthetic) and stored as real run directories, so the whole path
+``write_report(run_dirs)`` → load → fidelity → render is exercised. Kept small: the module
+builds one full report and a few JSON-only ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attackaudit.fidelity.synthetic import job_rows, table
+from attackaudit.reports import write_report
+from attackaudit.reports import command
+from attackaudit.reports.plots import clean_svg, label
+from attackaudit.store import write_job, write_manifest
+
+HOSTILE = "<script>alert(1)</script>"
+EVIL_IMPL = f'evil{HOSTILE}"&\'/pgd'          # library "evil<script>alert(1)<", attack "/script>..."
+EVIL_VERSION = '1.0"&<b>|x'
+EVIL_ERROR = f"RuntimeError: {HOSTILE} & \"quoted\" 'single'"
+EVIL_PARAMS = json.dumps({"loss": HOSTILE, "note": "a & b"})
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+def _base(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    d = rng.uniform(0.05, 0.3, n)
+    d[0] = 0.0  # misclassified clean
+    return d
+
+
+def make_table(models=("m-cnn", "m-mlp"), norms=("linf", "l2"), n=10, fool_version="3.3.4",
+               fool_scale=1.06) -> pd.DataFrame:
+    jobs = []
+    for k, model in enumerate(models):
+        base = _base(n, k)
+        for norm in norms:
+            s = 1.0 if norm == "linf" else 4.0
+            jobs.append(job_rows(model, "adv_lib/apgd", norm, base * s, family="apgd", library_version="0.2.8",
+                                 kind="fixed"))
+            jobs.append(job_rows(model, "foolbox/LinfPGD", norm, base * s * fool_scale, family="apgd",
+                                 library_version=fool_version))
+            evil = np.where(base > 0.22, np.inf, base * s * 1.4)
+            jobs.append(job_rows(model, EVIL_IMPL, norm, evil, family="apgd", library_version=EVIL_VERSION,
+                                 status=["crash"] + ["ok"] * (n - 1), error=[EVIL_ERROR] + [""] * (n - 1)))
+            jobs.append(job_rows(model, "art/fmn", norm, base * s * 1.2, family="fmn", library_version="1.17"))
+    t = table(*jobs)
+    t.loc[t["implementation"] == EVIL_IMPL, "params"] = EVIL_PARAMS
+    return t
+
+
+def store_run(run_dir: Path, rows: pd.DataFrame, name: str = "synthetic", **manifest) -> Path:
+    for i, (_, g) in enumerate(rows.groupby("job_id", sort=True)):
+        write_job(run_dir, f"job{i:03d}", g)
+    write_manifest(run_dir, {"name": name, "seed": 0, "subset_hash": "h", "dataset": "digits",
+                             "library_versions": {"adv_lib": "0.2.8"}, "torch_version": "2.x", "device": "cpu",
+                             "unavailable": [{"library": "cleverhans", "reason": f"No module named {HOSTILE}"}],
+                             "skipped": [], **manifest})
+    return run_dir
+
+
+def store_exact(run_dir: Path, model: str, norm: str, rows: pd.DataFrame) -> None:
+    """Exact distances for ``model``/``norm`` as ``attackaudit exact`` stores them: the true
+    minimum is 0.9 × adv_lib's distance, and on sample 3 a proven lower bound just above adv_lib's
+    distance (below everyone else's) makes adv_lib ``below_exact`` there."""
+    r = rows[(rows["model"] == model) & (rows["norm"] == norm) & (rows["implementation"] == "adv_lib/apgd")]
+    d = r["best_distance"].to_numpy() * 0.9
+    lower = d.copy()
+    lower[3] = r["best_distance"].to_numpy()[3] * 1.01
+    exact = pd.DataFrame({"model": model, "dataset": "digits", "subset_hash": "h", "sample": r["sample"].to_numpy(),
+                          "label": r["label"].to_numpy(), "norm": norm, "exact_distance": d, "lower_bound": lower,
+                          "upper_bound": d, "status": np.where(d > 0, "optimal", "clean_misclassified"),
+                          "solve_s": 0.1, "adversarial_class": 1, "adversarial": None, "error": ""})
+    path = run_dir / "exact" / f"{model}__{norm}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    exact.to_parquet(path, index=False)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One full report of a run with two models, two norms, a hostile library, exact distances."""
+    run = tmp_path_factory.mktemp("run")
+    rows = make_table()
+    store_run(run, rows)
+    store_exact(run, "m-mlp", "linf", rows)
+    written = write_report([run])
+    return run, written
+
+
+def _strict_json(path: Path):
+    def bad(token):
+        raise AssertionError(f"{path.name}: non-standard JSON constant {token}")
+    return json.loads(path.read_text(), parse_constant=bad)
+
+
+def test_writes_every_file_into_the_run_dir(report):
+    run, written = report
+    for name in ("leaderboard.csv", "leaderboard.json", "alignment.csv", "alignment.json", "flags.csv",
+                 "flags.json", "report.md", "report.html", "report.json", "exact_optimality.csv"):
+        assert name in written and written[name] == run / name and (run / name).stat().st_size > 0, name
+    board = _strict_json(run / "leaderboard.json")
+    assert {"implementation", "optimality", "optimality_attackbench", "asr_at_ref", "median_distance",
+            "forwards", "backwards", "wall_s", "opt_m-cnn", "opt_m-mlp"} <= set(board[0])
+    align = _strict_json(run / "alignment.json")
+    assert align["implementations"] and align["pairs"]
+    flags = _strict_json(run / "flags.json")
+    assert {"model", "library", "attack", "family", "norm", "flag", "evidence"} <= set(flags[0])
+    assert {"crash", "below_exact"} <= {f["flag"] for f in flags}
+    summary = _strict_json(run / "report.json")
+    assert summary["summary"]["n_implementations"] == 4
+    assert pd.read_csv(run / "leaderboard.csv")["norm"].nunique() == 2
+
+
+def test_html_escapes_everything_from_libraries_and_users(report):
+    run, _ = report
+    page = (run / "report.html").read_text()
+    assert "<script>alert" not in page and "alert(1)</script>" not in page
+    assert page.count("<script") == 1  # the sorting script, nothing else
+    assert ESCAPED in page                                        # names
+    assert "RuntimeError: &lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quoted&quot; &#x27;single&#x27;" in page
+    assert "&quot;loss&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in page  # params
+    assert "1.0&quot;&amp;&lt;b&gt;|x" in page and "<b>" not in page  # versions
+    # self-contained: no external fetches, only namespace URIs inside the inline SVGs
+    assert not re.search(r"<(link|img|iframe|object|embed)\b", page)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) <= {"http://www.w3.org/2000/svg",
+                                                                "http://www.w3.org/1999/xlink"}
+    assert "<!--" not in page  # matplotlib writes labels into comments; they are stripped
+
+
+def test_html_allows_only_its_own_script_by_hash(report):
+    import base64
+    import hashlib
+
+    page = (report[0] / "report.html").read_text()
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert f"script-src &#x27;sha256-{digest}&#x27;" in csp and "default-src &#x27;none&#x27;" in csp
+
+
+def test_contents_in_order_with_table_of_contents(report):
+    run, _ = report
+    page = (run / "report.html").read_text()
+    ids = ["summary", "recommendation", "leaderboard", "curves", "alignment", "flags", "crashes", "exact",
+           "implementations"]
+    positions = [page.index(f'id="{i}"') for i in ids]
+    assert positions == sorted(positions)
+    toc = page[page.index('class="toc"'):page.index("</nav>")]
+    for i in ("summary", "leaderboard", "curves", "alignment", "flags", "crashes", "exact"):
+        assert f'href="#{i}"' in toc
+    # 2 models × 2 norms robustness plots + one scatter per shared family and norm
+    assert page.count("<figure") == 6 and page.count("<svg") == 6
+    # the summary states what ran and the recommendation
+    for fact in ("m-cnn, m-mlp", "subset hash h", "2000 forwards + backwards per sample", "adv_lib 0.2.8",
+                 "foolbox 3.3.4", "4 ran, in 16 jobs", "Largest cross-library gap: apgd"):
+        assert fact in page, fact
+    md = (run / "report.md").read_text()
+    heads = [md.index(h) for h in ("## 1. Summary", "## 2. Leaderboard", "## 3. Robust accuracy",
+                                   "## 4. Alignment", "## 5. Flags", "## 6. Crashes", "## 7. Against exact")]
+    assert heads == sorted(heads)
+
+
+def test_recommendation_skips_flagged_and_crashes_have_their_cause(report):
+    run, _ = report
+    summary = _strict_json(run / "report.json")
+    rec = {(r["family"], r["norm"]): r for r in summary["recommendation"]}
+    assert rec[("apgd", "l2")]["implementation"] == "adv_lib/apgd" and rec[("apgd", "l2")]["trusted"]
+    assert rec[("fmn", "l2")]["implementation"] == "art/fmn" and rec[("fmn", "l2")]["trusted"]
+    # under linf adv_lib is below_exact on m-mlp, the others have optimality gaps: nobody is clean
+    assert rec[("apgd", "linf")]["implementation"] == "adv_lib/apgd" and not rec[("apgd", "linf")]["trusted"]
+    assert "Every implementation of apgd under linf is flagged" in (run / "report.html").read_text()
+    crashes = summary["crashes"]
+    assert len(crashes) == 4 and all(c["cause"] == EVIL_ERROR for c in crashes)
+    assert summary["summary"]["largest_gap"]["worse"] == EVIL_IMPL
+
+
+def test_markdown_escapes_and_links_its_plots(report):
+    run, _ = report
+    md = (run / "report.md").read_text()
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+    links = re.findall(r"!\[[^\]]*\]\((plots/[^)]+\.svg)\)", md)
+    assert len(links) == 6 and all((run / link).stat().st_size > 1000 for link in links)
+    # a "|" inside a cell (the hostile version) is escaped: every row has its header's cell count
+    tables = re.findall(r"((?:^\|.*\|\n)+)", md, re.M)
+    assert tables and any("1.0&quot;" in t or '1.0"' in t for t in tables)
+    for block in tables:
+        counts = {len(re.findall(r"(?<!\\)\|", line)) for line in block.splitlines()}
+        assert len(counts) == 1, block[:300]
+
+
+def test_exact_curve_and_true_optimality(report):
+    run, _ = report
+    exact = pd.read_csv(run / "exact_optimality.csv")
+    adv = exact[exact["implementation"] == "adv_lib/apgd"]
+    assert len(adv) == 1 and 0 < adv["true_optimality"].iloc[0] < 1
+    assert "dashed red line is the exact curve" in (run / "report.html").read_text()
+
+
+def test_several_runs_merge_into_out(tmp_path):
+    a = store_run(tmp_path / "a", make_table(models=("m-cnn",), norms=("linf",), n=6), name="a")
+    b = store_run(tmp_path / "b", make_table(models=("m-cnn",), norms=("linf",), n=6, fool_version="3.4.0",
+                                             fool_scale=1.3), name="b")
+    with pytest.raises(ValueError, match="--out"):
+        write_report([a, b])
+    written = write_report([a, b], tmp_path / "merged", formats=("json",))
+    assert "report.html" not in written and "report.md" not in written
+    board = pd.read_csv(written["leaderboard.csv"])
+    fool = board[board["implementation"] == "foolbox/LinfPGD"]
+    assert sorted(fool["library_version"]) == ["3.3.4", "3.4.0"]
+    assert fool.sort_values("library_version")["optimality"].is_monotonic_decreasing
+    assert _strict_json(written["report.json"])["summary"]["run_names"] == ["a", "b"]
+
+
+def test_one_line_errors(tmp_path):
+    ns = argparse.Namespace
+    with pytest.raises(ValueError, match=r"does not exist") as missing:
+        command.main(ns(dirs=[str(tmp_path / "nope")], out=None, format=None))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"holds no results") as empty:
+        command.main(ns(dirs=[str(tmp_path / "empty")], out=None, format=None))
+    with pytest.raises(ValueError, match=r"--format 'pdf'"):
+        command.main(ns(dirs=[str(tmp_path / "empty")], out=None, format=["pdf"]))
+    for exc in (missing.value, empty.value):
+        assert "\n" not in str(exc)
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["A", "B", "--out", "O", "--format", "md,html", "--format", "json"])
+    assert args.dirs == ["A", "B"] and command._formats(args.format) == ("md", "html", "json")
+
+
+def test_compare_writes_audit_with_one_verdict_line_each(tmp_path, capsys):
+    rows_a = make_table(models=("m-cnn",), norms=("linf",), n=12)
+    rows_b = make_table(models=("m-cnn",), norms=("linf",), n=12, fool_version="3.4.0", fool_scale=1.5)
+    a, b = store_run(tmp_path / "a", rows_a, name="a"), store_run(tmp_path / "b", rows_b, name="b")
+    parser = argparse.ArgumentParser()
+    command.add_compare_arguments(parser)
+    code = command.compare_main(parser.parse_args([str(a), str(b), "--strict"]))
+    out = capsys.readouterr().out.splitlines()
+    audit = _strict_json(b / "audit.json")
+    verdicts = {v["implementation"]: v for v in audit["verdicts"]}
+    assert verdicts["foolbox/LinfPGD"]["verdict"] == "regressed" and code == 1
+    assert verdicts["adv_lib/apgd"]["verdict"] == "unchanged"
+    assert len(out) == len(verdicts) + 1 and all("\n" not in v["line"] for v in verdicts.values())
+    assert "foolbox/LinfPGD [linf] 3.3.4 -> 3.4.0: regressed" in "\n".join(out)
+    assert _strict_json(b / "diff.json") and (b / "diff.csv").exists() and (b / "compare.md").exists()
+    page = (b / "compare.html").read_text()
+    assert "<script>alert" not in page and ESCAPED in page and page.count("<script") == 1
+
+
+def test_svg_cleaning_and_labels():
+    raw = ('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg">'
+           '<!-- <script>alert(1)</script> --><metadata>m</metadata><defs><path id="m1"/></defs>'
+           '<use xlink:href="#m1"/><g clip-path="url(#m1)"/><use href="#other"/></svg>')
+    out = clean_svg(raw, "c 0")
+    assert out.startswith("<svg") and "<!--" not in out and "metadata" not in out and "script" not in out
+    assert 'id="c-0-m1"' in out and 'href="#c-0-m1"' in out and "url(#c-0-m1)" in out and 'href="#other"' in out
+    assert label("a$b$c") == r"a\$b\$c" and len(label("x" * 200)) == 48
