@@ -264,3 +264,14 @@ def test_svg_cleaning_and_labels():
     assert out.startswith("<svg") and "<!--" not in out and "metadata" not in out and "script" not in out
     assert 'id="c-0-m1"' in out and 'href="#c-0-m1"' in out and "url(#c-0-m1)" in out and 'href="#other"' in out
     assert label("a$b$c") == r"a\$b\$c" and len(label("x" * 200)) == 48
+
+
+def test_plots_never_carry_names_as_markup():
+    from attackaudit.reports.plots import scatter_svg
+    from attackaudit.reports.tables import Pair
+
+    evil = f"x-->{HOSTILE}<!--$a$"
+    pair = Pair("apgd", "linf", (evil, '1"&'), ("b", "2"), "lib", "other", 0.5, 0.6, 0.01, 0.5, 2, 1,
+                np.array([0.1, 0.2, np.inf]), np.array([0.2, 0.1, 0.3]), np.array([evil] * 3, dtype=object))
+    svg = scatter_svg(pair, "t")
+    assert svg.startswith("<svg") and "script" not in svg and "<!--" not in svg and "-->" not in svg
