@@ -162,11 +162,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
     p.set_defaults(func=cmd_run)
 
+    from attackaudit.reports import command as report_command
+
     from . import exact_command
+
+    p = sub.add_parser("report", help="report.md, report.html and tables of one or more runs (several merge)")
+    report_command.add_arguments(p)
+    p.set_defaults(func=_guarded(report_command.main))
+
+    p = sub.add_parser("compare", help="diff of two runs: per-implementation verdicts")
+    report_command.add_compare_arguments(p)
+    p.set_defaults(func=_guarded(report_command.compare_main))
 
     p = sub.add_parser("exact", help="exact minimal L∞/L1 distances of a small ReLU net by MILP")
     exact_command.add_arguments(p)
     p.set_defaults(func=_guarded(exact_command.main))
+
+    from . import audit as audit_command
+
+    p = sub.add_parser("audit", help="release audit: the same grid on two releases of a library, and what changed")
+    audit_command.add_arguments(p)
+    p.set_defaults(func=_guarded(audit_command.main))
     return parser
 
 
