@@ -8,7 +8,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ._table import IMPL_KEY, long_distances, prepare, without_twins
+from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
+from .optimality import optimality
 from .stats import PAIR_FIELDS, paired_comparison
 from .summary import across_models, model_stats
 
@@ -22,24 +23,29 @@ PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_
                 "library_version_b", "optimality_a", "optimality_b", *PAIR_FIELDS, "better"]
 
 
-def _pairs(long: pd.DataFrame, stats: pd.DataFrame, alpha: float, pooled: bool) -> pd.DataFrame:
-    fam = stats[["model", "norm", *IMPL_KEY, "family", "optimality"]]
-    long = long.merge(fam, on=["model", "norm", *IMPL_KEY])
-    long = long[long["live"]]  # samples broken at ε = 0 tie for everyone and carry no information
+def pairwise(t: pd.DataFrame, alpha: float = 0.01, pooled: bool = True, long: pd.DataFrame | None = None,
+             eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """The second frame of ``align`` for a ``prepare``d table without twins (``long``: its
+    ``long_distances``, when already computed)."""
+    long = long_distances(t) if long is None else long
+    if long.empty:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    long = long.merge(impl_meta(t)[[*IMPL_KEY, "family"]], on=IMPL_KEY)
     rows = []
     for (family, norm), part in long.groupby(["family", "norm"], sort=True):
-        impls = sorted(part[IMPL_KEY].drop_duplicates().itertuples(index=False, name=None))
-        arrays: dict[tuple, tuple[np.ndarray, float]] = {}  # (model, impl key) -> (distances, ξ)
+        # (model, impl key) -> (distances on samples not broken at ε = 0, local ξ)
+        arrays: dict[tuple, tuple[np.ndarray, float]] = {}
         for (m, impl, version), g in part.groupby(["model", *IMPL_KEY], sort=True):
-            arrays[(m, (impl, version))] = (g["distance"].to_numpy(), float(g["optimality"].iloc[0]))
-        models = sorted(part["model"].unique())
+            d, ref, live = g["distance"].to_numpy(), g["d_star"].to_numpy(), g["live"].to_numpy()
+            arrays[(m, (impl, version))] = (d[live], optimality(d, ref, (eps_max or {}).get(norm)))
+        impls = sorted({k for _, k in arrays})
+        models = sorted({m for m, _ in arrays})
         for ka, kb in combinations(impls, 2):
             shared = [m for m in models if (m, ka) in arrays and (m, kb) in arrays]
             groups = [(m, [m]) for m in shared] + ([(POOLED, shared)] if pooled and len(shared) > 1 else [])
             for label, ms in groups:
-                a = np.concatenate([arrays[(m, ka)][0] for m in ms])
-                b = np.concatenate([arrays[(m, kb)][0] for m in ms])
-                res = paired_comparison(a, b)
+                res = paired_comparison(np.concatenate([arrays[(m, ka)][0] for m in ms]),
+                                        np.concatenate([arrays[(m, kb)][0] for m in ms]))
                 better = ""
                 if res["p_value"] < alpha and res["wins_a"] != res["wins_b"]:
                     better = ka[0] if res["effect_size"] > 0 else kb[0]
@@ -83,4 +89,4 @@ def align(table: pd.DataFrame, ref_eps: Mapping[str, float] | None = None, *,
     side = side[SIDE_COLUMNS + list(per_model.columns)]
     side = side.sort_values(["family", "norm", "optimality", "implementation"],
                             ascending=[True, True, False, True], kind="stable").reset_index(drop=True)
-    return side, _pairs(long, stats, alpha, pooled)
+    return side, pairwise(t, alpha, pooled, long=long, eps_max=eps_max)

@@ -8,11 +8,13 @@ it achieved on samples other implementations broke.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import pandas as pd
 
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
                      sample_list, without_twins)
+from .alignment import pairwise
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
          "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact")
@@ -24,10 +26,11 @@ FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation
 LAST_NOT_BEST_RTOL = 0.05
 #: ... on at least this fraction of the samples it broke (one stray sample is not a pattern)
 LAST_NOT_BEST_MIN_FRACTION = 0.1
-#: label bug: broke at most this fraction of the samples other implementations broke ...
+#: label bug / silent failure judge an implementation on at least this many samples that other
+#: implementations broke
+MIN_EVIDENCE_SAMPLES = 3
+#: label bug: broke at most this fraction of them on every model it ran on ...
 LABEL_BUG_MAX_SUCCESS = 0.15
-#: ... out of at least this many such samples ...
-LABEL_BUG_MIN_SAMPLES = 3
 #: ... while giving up with budget left (failing samples' median queries below this fraction)
 LABEL_BUG_BUDGET_FRACTION = 0.95
 #: twins disagree on a sample when success differs or distances differ by more than this
@@ -91,47 +94,64 @@ def _last_not_best(g: pd.DataFrame) -> list[tuple[str, str]]:
                               f"samples {sample_list(worse['sample'])}")]
 
 
-def _did_nothing(g: pd.DataFrame) -> list[tuple[str, str]]:
-    """silent_failure and label_bug, which exclude each other: did the attack work at all?"""
+def _effort(g: pd.DataFrame) -> tuple[list[tuple[str, str]], str, str, float | None]:
+    """Did the attack work at all? Returns (definite silent failures, label-bug evidence if this
+    job looks like one, silent-failure evidence if it broke nothing, its success rate on the
+    samples other implementations broke or None). ``_per_job`` settles label bug vs silent
+    failure across models: a label convention is wrong on every model."""
     ok = g[g["status"] == "ok"]
     if ok.empty:
-        return []
+        return [], "", "", None
     gradient = str(ok["family"].iloc[0]) not in GRADIENT_FREE_FAMILIES
     target = ok[ok["live"] & np.isfinite(ok["d_star"])]  # samples some implementation broke
     m = len(target)
     success = int(np.isfinite(target["best_distance"]).sum())
+    rate = success / m if m else None
     asr = float((~ok["live"] | np.isfinite(ok["best_distance"])).mean())
-    clean_error = float((~ok["live"]).mean())
-    rates = f"ASR {asr:.2f} vs clean error rate {clean_error:.2f}"
+    rates = f"ASR {asr:.2f} vs clean error rate {float((~ok['live']).mean()):.2f}"
     if gradient and ok["backwards"].sum() == 0:
-        return [("silent_failure", f"no backward pass on any of {len(ok)} samples for a gradient attack; {rates}")]
+        return [("silent_failure", f"no backward pass on any of {len(ok)} samples for a gradient attack; {rates}")], \
+            "", "", rate
     queries = ok["forwards"] + ok["backwards"]
     if m and success == 0 and queries.sum() <= len(ok):
         return [("silent_failure", f"at most one query per sample and none of the {m} samples other "
-                                   f"implementations broke was broken; {rates}")]
-    if m < LABEL_BUG_MIN_SAMPLES or success > LABEL_BUG_MAX_SUCCESS * m:
-        return []
+                                   f"implementations broke was broken; {rates}")], "", "", rate
+    if m < MIN_EVIDENCE_SAMPLES:
+        return [], "", "", rate
+    zero = (f"broke none of the {m} samples other implementations broke ({ok['forwards'].mean():.0f} forwards, "
+            f"{ok['backwards'].mean():.0f} backwards per sample); {rates}") if success == 0 else ""
+    if success > LABEL_BUG_MAX_SUCCESS * m:
+        return [], "", zero, rate
     failing = target[~np.isfinite(target["best_distance"])]
     budget = float(ok["budget"].max())
     used = float(np.median(failing["forwards"] + failing["backwards"])) if len(failing) else 0.0
     if budget > 0 and used >= LABEL_BUG_BUDGET_FRACTION * budget:
-        return []  # it ran out of queries: weak or expensive, not confused about labels
-    not_adv = int((~target["returned_adversarial"]).sum())
-    return [("label_bug", f"broke {success} of {m} samples other implementations broke although it worked "
-                          f"({ok['forwards'].mean():.0f} forwards, {ok['backwards'].mean():.0f} backwards per "
-                          f"sample) and stopped with budget left (median {used:.0f} queries on failures); "
-                          f"{not_adv} returned outputs keep the true label: the pattern of a shifted, "
-                          f"inverted or one-hot label convention; {rates}")]
+        return [], "", zero, rate  # it ran out of queries: weak or expensive, not confused about labels
+    label = (f"broke {success} of {m} samples other implementations broke although it worked "
+             f"({ok['forwards'].mean():.0f} forwards, {ok['backwards'].mean():.0f} backwards per sample) and "
+             f"stopped with budget left (median {used:.0f} queries on failures), and fails like this on every "
+             f"model; {int((~target['returned_adversarial']).sum())} returned outputs keep the true label. "
+             f"The pattern of a label-convention bug (shifted, inverted or one-hot labels) or of a loss that "
+             f"cannot succeed; {rates}")
+    return [], label, zero, rate
 
 
 def _per_job(t: pd.DataFrame) -> list[dict]:
     d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
     rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
     rows["live"] = rows["d_star"] > 0
-    out = []
+    out, efforts = [], {}
     for key, g in rows.groupby(JOB_KEY, sort=True):
-        for flag, evidence in _status_flags(g) + _last_not_best(g) + _did_nothing(g):
+        for flag, evidence in _status_flags(g) + _last_not_best(g):
             out.append(dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence})
+        efforts[key] = _effort(g)
+    # a model on which the implementation does break samples clears it of a label-convention bug
+    cleared = {key[1:] for key, (_, _, _, rate) in efforts.items()
+               if rate is not None and rate > LABEL_BUG_MAX_SUCCESS}
+    for key, (definite, label, zero, _) in efforts.items():
+        found = definite + ([("label_bug", label)] if label and key[1:] not in cleared
+                            else [("silent_failure", zero)] if zero else [])
+        out += [dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence} for flag, evidence in found]
     return out
 
 
@@ -185,8 +205,8 @@ def _shift(t: pd.DataFrame) -> list[dict]:
 
 
 def _optimality_gap(t: pd.DataFrame, gap_alpha: float) -> list[dict]:
-    from .alignment import align  # alignment imports summary, which imports optimality: no cycle here
-    side, pairs = align(t, alpha=gap_alpha, pooled=False)
+    """``t``: a prepared table without twins."""
+    pairs = pairwise(t, alpha=gap_alpha, pooled=False)
     if pairs.empty:
         return []
     out = []
@@ -212,6 +232,19 @@ def _optimality_gap(t: pd.DataFrame, gap_alpha: float) -> list[dict]:
     return out
 
 
+def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
+    """A twin is the same network: a finding on ``M~shift`` that ``M`` has too is a repeat."""
+    if found.empty:
+        return found
+    twin = found["model"].map(is_twin)
+    on_base = set(zip(found.loc[~twin, "model"], found.loc[~twin, "norm"], found.loc[~twin, "implementation"],
+                      found.loc[~twin, "library_version"], found.loc[~twin, "flag"]))
+    repeat = [bool(tw) and (base_of(m), n, i, v, f) in on_base
+              for tw, m, n, i, v, f in zip(twin, found["model"], found["norm"], found["implementation"],
+                                           found["library_version"], found["flag"])]
+    return found[~np.asarray(repeat, dtype=bool)]
+
+
 def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, gap_alpha: float = 0.01, *,
           exact: pd.DataFrame | None = None) -> pd.DataFrame:
     """All findings for ``table``: ``FLAG_COLUMNS``, ``flag`` one of ``FLAGS``.
@@ -219,14 +252,15 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, gap_alpha: flo
     ``other``: a second seeded run of the same config (``nondeterminism``); ``gap_alpha``: the
     significance level of ``optimality_gap`` (paired Wilcoxon against the family's best
     implementation on the same model, which must also be ``GAP_MIN_DELTA`` higher in ξ);
-    ``exact``: exact distances from ``fidelity.exact`` (``below_exact``). Findings on a twin model
-    keep the twin's name, except ``shift_sensitivity``, which names the base model.
+    ``exact``: exact distances from ``fidelity.exact`` (``below_exact``). A finding on a twin
+    model that its base model has too is dropped as a repeat; others keep the twin's name, and
+    ``shift_sensitivity`` names the base model.
     """
     t = prepare(table)
     found = _per_job(t) + _shift(t) + _optimality_gap(without_twins(t), gap_alpha)
     if other is not None:
         found += _nondeterminism(t, other)
-    out = pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"])
+    out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))
     out = out.merge(impl_meta(t), on=IMPL_KEY, how="left")
     if exact is not None:
         from .exact import below_exact_flags  # the MILP module is only needed with exact distances

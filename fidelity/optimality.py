@@ -66,8 +66,9 @@ def optimality_attackbench(distances: np.ndarray, reference: np.ndarray) -> floa
     ``1 − (A − A*) / (clean_acc·ε₀ − A*)`` where A (A*) is ``np.trapz`` of ``1 − cumsum/N`` at the
     distinct distances of the attack clipped at ε₀ (of the reference). The reference's infs,
     which AttackBench never has, are clipped at ε₀ too. Not bounded to [0, 1]: an always-failing
-    attack scores about 0.5 when some samples are misclassified clean and above 1 when none are
-    (fidelity/README.md). A degenerate reference (nothing broken) gives 0.
+    attack scores at least 0.5 (about 1 against an evenly spread envelope) when some samples are
+    misclassified clean, and above 1 when none are (fidelity/README.md). A degenerate reference
+    (nothing broken) gives 0.
     """
     d, ref = as_distances(distances), as_distances(reference)
     if d.shape != ref.shape:

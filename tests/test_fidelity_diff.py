@@ -1,0 +1,81 @@
+"""Run diff (release audit): verdicts from paired changes, optimality and flags."""
+import numpy as np
+import pytest
+
+from attackaudit.fidelity import diff
+from attackaudit.fidelity.diff import DIFF_COLUMNS
+from attackaudit.fidelity.synthetic import job_rows, table
+
+INF = np.inf
+D = np.random.default_rng(11).uniform(0.1, 0.5, 40)
+D[:4] = 0.0
+
+
+def run(version, scale_apgd=1.0, extra=(), models=("m1", "m2"), **kw):
+    jobs = []
+    for m in models:
+        jobs += [job_rows(m, "art/APGD", "linf", D * scale_apgd, family="apgd", library_version=version, **kw),
+                 job_rows(m, "adv_lib/apgd", "linf", D, family="apgd", library_version="0.2.8")]
+    return table(*jobs, *extra)
+
+
+def verdicts(d):
+    return dict(zip(d.implementation, d.verdict))
+
+
+def test_identical_runs_are_unchanged():
+    d = diff(run("1.17"), run("1.17"))
+    assert list(d.columns) == DIFF_COLUMNS
+    assert verdicts(d) == {"art/APGD": "unchanged", "adv_lib/apgd": "unchanged"}
+    assert (d.p_value == 1.0).all() and (d.delta_optimality == 0).all()
+
+
+def test_regression_and_improvement_are_mirror_images():
+    before, after = run("1.17"), run("1.18", scale_apgd=1.8)
+    d = diff(before, after).set_index("implementation")
+    row = d.loc["art/APGD"]
+    assert row.verdict == "regressed"
+    assert (row.version_a, row.version_b) == ("1.17", "1.18")
+    assert row.n_worse == 72 and row.n_better == 0 and row.n_samples == 72  # 36 live samples × 2 models
+    assert row.delta_optimality < -0.02 and row.p_value < 0.01 and row.effect_size == -1.0
+    assert d.loc["adv_lib/apgd", "verdict"] == "unchanged"
+    back = diff(after, before).set_index("implementation")
+    assert back.loc["art/APGD", "verdict"] == "improved"
+    assert back.loc["art/APGD", "delta_optimality"] == pytest.approx(-row.delta_optimality)
+
+
+def test_joint_envelope_keeps_the_yardstick():
+    # the new release of one attack beats everything: the other implementation's ξ must not move
+    d = diff(run("1.17"), run("1.18", scale_apgd=0.5)).set_index("implementation")
+    assert d.loc["art/APGD", "verdict"] == "improved"
+    assert d.loc["adv_lib/apgd", "delta_optimality"] == 0.0
+
+
+def test_small_systematic_change_is_unchanged():
+    d = diff(run("1.17"), run("1.18", scale_apgd=1.005)).set_index("implementation")
+    assert d.loc["art/APGD", "p_value"] < 0.01  # significant ...
+    assert d.loc["art/APGD", "verdict"] == "unchanged"  # ... but immaterial
+
+
+def test_new_removed_and_flags():
+    extra = [job_rows(m, "torchattacks/APGD", "linf", D, family="apgd") for m in ("m1", "m2")]
+    d = verdicts(diff(run("1.17"), run("1.18", extra=extra)))
+    assert d["torchattacks/APGD"] == "new"
+    d2 = diff(run("1.18", extra=extra), run("1.17"))
+    row = d2[d2.implementation == "torchattacks/APGD"].iloc[0]
+    assert row.verdict == "removed" and np.isnan(row.optimality_b) and row.optimality_a == 1.0
+    # the same distances but the new release crashes after the tracker found them
+    crashed = run("1.18", status="crash", error="ValueError: boom")
+    row = diff(run("1.17"), crashed).set_index("implementation").loc["art/APGD"]
+    assert row.verdict == "regressed" and row.flags_appeared == "crash"
+    row = diff(crashed, run("1.17")).set_index("implementation").loc["art/APGD"]
+    assert row.verdict == "improved" and row.flags_disappeared == "crash"
+
+
+def test_by_model():
+    after = table(job_rows("m1", "art/APGD", "linf", D * 2, family="apgd", library_version="1.18"),
+                  job_rows("m2", "art/APGD", "linf", D, family="apgd", library_version="1.18"),
+                  *[job_rows(m, "adv_lib/apgd", "linf", D, family="apgd") for m in ("m1", "m2")])
+    d = diff(run("1.17"), after, by_model=True)
+    d = d[d.implementation == "art/APGD"].set_index("model")
+    assert d.loc["m1", "verdict"] == "regressed" and d.loc["m2", "verdict"] == "unchanged"

@@ -1,0 +1,196 @@
+"""Flags: each misbehaviour is flagged for what it is, healthy implementations are not."""
+import numpy as np
+import pandas as pd
+
+from attackaudit.fidelity import FLAG_COLUMNS, FLAGS, flagged, flags
+from attackaudit.fidelity.synthetic import job_rows, table
+
+INF = np.inf
+RNG = np.random.default_rng(7)
+D = RNG.uniform(0.1, 0.5, 24)
+D[:2] = 0.0  # misclassified clean
+
+
+def healthy(model="m", impl="adv_lib/fmn", scale=1.0, **kw):
+    kw.setdefault("family", "fmn")
+    return job_rows(model, impl, "l2", D * scale, **kw)
+
+
+def found(t, **kw):
+    """{(implementation, flag)} of the findings."""
+    f = flags(t, **kw)
+    assert list(f.columns) == FLAG_COLUMNS
+    assert set(f.flag) <= set(FLAGS)
+    return {(r.implementation, r.flag) for r in f.itertuples()}, f
+
+
+def test_healthy_siblings_are_not_flagged():
+    noise = 1 + RNG.uniform(-0.01, 0.01, D.size)
+    t = table(healthy(), healthy(impl="foolbox/FMN", scale=noise),
+              # a fixed-ε attack whose returns are within the search's precision of its best
+              healthy(impl="art/PGD", family="pgd", kind="fixed", returned=D * 1.02))
+    got, f = found(t)
+    assert got == set(), f.to_string()
+
+
+def test_crash_timeout_invalid_out_of_box():
+    half = np.array(["crash"] * 12 + ["ok"] * 12, dtype=object)
+    err = np.where(half == "crash", "RuntimeError: shape mismatch", "")
+    t = table(healthy(),
+              healthy(impl="b/crashy", status=half, error=err, returned=np.where(half == "ok", D, INF)),
+              healthy(impl="c/slow", status="timeout", error="timed out after 60 s", returned=INF),
+              healthy(impl="d/nan", status="invalid", error="returned 3 samples with NaN or inf", returned=INF),
+              healthy(impl="e/box", status="invalid", returned=INF,
+                      error="returned values in [-0.2, 1.3], outside the [0, 1] box"))
+    got, f = found(t)
+    assert {("b/crashy", "crash"), ("c/slow", "timeout"), ("d/nan", "invalid"), ("e/box", "out_of_box")} <= got
+    ev = f[f.flag == "crash"].evidence.iloc[0]
+    assert "12 of 24" in ev and "RuntimeError: shape mismatch" in ev
+    assert ("e/box", "invalid") not in got and ("d/nan", "out_of_box") not in got
+
+
+def test_budget_overrun():
+    refused = np.zeros(D.size)
+    refused[[3, 5]] = [10, 250]
+    got, f = found(table(healthy(), healthy(impl="b/greedy", refused=refused)))
+    assert ("b/greedy", "budget_overrun") in got
+    ev = f[f.flag == "budget_overrun"].evidence.iloc[0]
+    assert "2 of 24" in ev and "260 refused" in ev and "sample 5" in ev
+
+
+def test_last_not_best_returns_wandered_iterate():
+    returned = D * 1.5
+    returned[10:] = INF  # wandered off to a non-adversarial point on some
+    got, f = found(table(healthy(), healthy(impl="b/last", returned=returned)))
+    assert ("b/last", "last_not_best") in got
+    assert "returned no adversarial" in f[f.flag == "last_not_best"].evidence.iloc[0]
+    # one sample in 22 is not a pattern
+    one = D.copy()
+    one[5] *= 2
+    got, _ = found(table(healthy(), healthy(impl="b/last", returned=one)))
+    assert ("b/last", "last_not_best") not in got
+
+
+def test_silent_failure_returns_clean_input():
+    clean = np.where(D > 0, INF, 0.0)
+    got, f = found(table(healthy(), job_rows("m", "b/noop", "l2", clean, family="fmn", forwards=0, backwards=0)))
+    assert ("b/noop", "silent_failure") in got
+    assert ("b/noop", "label_bug") not in got
+    assert "clean error rate" in f[f.flag == "silent_failure"].evidence.iloc[0]
+
+
+def test_silent_failure_no_backward_even_if_lucky():
+    got, _ = found(table(healthy(), healthy(impl="b/fwd", scale=1.5, backwards=0)))
+    assert ("b/fwd", "silent_failure") in got
+    # a gradient-free family may legitimately skip backward passes
+    got, _ = found(table(healthy(), healthy(impl="b/bnd", family="boundary", scale=1.5, backwards=0)))
+    assert ("b/bnd", "silent_failure") not in got
+
+
+def test_label_bug_works_hard_stops_early_breaks_nothing():
+    best = np.where(D > 0, INF, 0.0)
+    best[5] = D[5] * 3  # one accidental success
+    got, f = found(table(healthy(), job_rows("m", "b/offbyone", "l2", best, family="fmn",
+                                             forwards=300, backwards=300)))
+    assert ("b/offbyone", "label_bug") in got
+    assert ("b/offbyone", "silent_failure") not in got
+    assert "label-convention bug" in f[f.flag == "label_bug"].evidence.iloc[0]
+
+
+def test_budget_starved_attack_is_a_silent_failure_not_a_label_bug():
+    best = np.where(D > 0, INF, 0.0)
+    got, f = found(table(healthy(), job_rows("m", "b/starved", "l2", best, family="fmn",
+                                             forwards=1000, backwards=1000)))
+    assert ("b/starved", "label_bug") not in got
+    assert ("b/starved", "silent_failure") in got  # ASR equals the clean error rate
+    assert "broke none of the 22" in f[f.flag == "silent_failure"].evidence.iloc[0]
+
+
+def test_label_bug_needs_the_pattern_on_every_model():
+    # weak on a robust model, fine on an undefended one: not a label convention
+    weak = np.where(D > 0, INF, 0.0)
+    t = table(healthy(), job_rows("m", "b/weak", "l2", weak, family="fmn", forwards=300, backwards=300),
+              healthy(model="m2"), job_rows("m2", "b/weak", "l2", D * 1.01, family="fmn", forwards=300, backwards=300))
+    got, f = found(t)
+    assert ("b/weak", "label_bug") not in got
+    assert ("b/weak", "silent_failure") in got  # still: it broke nothing on m
+    # failing alike on both models is the label-bug pattern
+    t = table(healthy(), job_rows("m", "b/bug", "l2", weak, family="fmn", forwards=300, backwards=300),
+              healthy(model="m2"), job_rows("m2", "b/bug", "l2", weak, family="fmn", forwards=300, backwards=300))
+    got, f = found(t)
+    assert set(f[f.implementation == "b/bug"].model) == {"m", "m2"}
+    assert set(f[f.implementation == "b/bug"].flag) == {"label_bug", "optimality_gap"}
+
+
+def test_twin_repeats_are_dropped():
+    clean = np.where(D > 0, INF, 0.0)
+    t = table(healthy(), job_rows("m", "b/noop", "l2", clean, family="fmn", forwards=0, backwards=0),
+              healthy(model="m~shift"), job_rows("m~shift", "b/noop", "l2", clean, family="fmn", forwards=0,
+                                                 backwards=0, status="crash", error="boom"))
+    got, f = found(t)
+    twin = f[f.model == "m~shift"]
+    assert set(twin.flag) == {"crash"}  # silent_failure is a repeat of the base model's finding
+
+
+def test_nondeterminism():
+    t = table(healthy(), healthy(impl="b/rand"))
+    other = t.copy()
+    mask = (other.implementation == "b/rand") & (other["sample"] == 7)
+    other.loc[mask, "best_distance"] *= 1.1
+    got, f = found(t, other=other)
+    assert got == {("b/rand", "nondeterminism")}
+    assert "1 of 24" in f.evidence.iloc[0] and "sample 7" in f.evidence.iloc[0]
+    got, _ = found(t, other=t.copy())
+    assert got == set()
+
+
+def test_shift_sensitivity():
+    noise = 1 + RNG.uniform(-0.01, 0.01, D.size)
+    t = table(healthy(), healthy(model="m~shift", scale=noise),
+              healthy(impl="b/logit", family="pgd"), healthy(model="m~shift", impl="b/logit", family="pgd", scale=1.4))
+    got, f = found(t)
+    assert got == {("b/logit", "shift_sensitivity")}
+    row = f.iloc[0]
+    assert row.model == "m" and "m~shift" in row.evidence and "22 of 24" in row.evidence
+
+
+def test_twin_rows_do_not_create_gaps_on_the_base_model():
+    t = table(healthy(), healthy(impl="b/y"), healthy(model="m~shift", impl="b/y", scale=3))
+    got, _ = found(t)
+    assert ("b/y", "optimality_gap") not in got
+
+
+def test_optimality_gap_needs_significance_and_size():
+    t = table(healthy(), healthy(impl="b/far", scale=1.6))
+    got, f = found(t)
+    assert got == {("b/far", "optimality_gap")}
+    ev = f.evidence.iloc[0]
+    assert "adv_lib/fmn" in ev and "p=" in ev
+    # significant (all 22 worse) but only 0.5% worse: not a gap worth a flag
+    got, _ = found(table(healthy(), healthy(impl="b/close", scale=1.005)))
+    assert got == set()
+    # different families are not siblings
+    got, _ = found(table(healthy(), healthy(impl="b/far", scale=1.6, family="pgd")))
+    assert got == set()
+    # gap_alpha is honoured: with 5 samples the exact p-value is 0.0625
+    few = table(job_rows("m", "a/x", "l2", D[2:7], family="f"), job_rows("m", "b/y", "l2", D[2:7] * 2, family="f"))
+    assert flags(few, gap_alpha=0.01).empty
+    assert set(flags(few, gap_alpha=0.1).flag) == {"optimality_gap"}
+
+
+def test_below_exact_uses_the_exact_table():
+    exact = pd.DataFrame({"model": "m", "norm": "l2", "sample": np.arange(D.size),
+                          "status": np.where(D > 0, "optimal", "clean_misclassified"),
+                          "exact_distance": D * 0.9, "lower_bound": D * 0.9})
+    cheat = D.copy()
+    cheat[4] = D[4] * 0.5
+    got, f = found(table(healthy(), job_rows("m", "b/cheat", "l2", cheat, family="fmn")), exact=exact)
+    assert ("b/cheat", "below_exact") in got
+    assert ("adv_lib/fmn", "below_exact") not in got
+
+
+def test_flagged_summary():
+    t = table(healthy(), healthy(impl="b/far", scale=1.6, refused=5))
+    marks = flagged(flags(t))
+    assert marks == {("b/far", "1.0", "l2"): ["budget_overrun", "optimality_gap"]}
+    assert flagged(None) == {}

@@ -1,0 +1,96 @@
+"""Property-style checks over random tables: bounds, no NaN, monotonicity, invariances."""
+import numpy as np
+import pytest
+
+from attackaudit.fidelity import (align, curve_area, diff, flags, global_optimality, leaderboard, local_optimality,
+                                  optimality, optimality_attackbench, paired_comparison, robustness_curve)
+from attackaudit.fidelity.synthetic import job_rows, table
+
+INF = np.inf
+
+
+def random_distances(rng, n):
+    d = rng.exponential(rng.uniform(0.05, 2.0), n)
+    d[rng.random(n) < rng.uniform(0, 0.5)] = INF
+    d[rng.random(n) < rng.uniform(0, 0.3)] = 0.0
+    return d
+
+
+def random_table(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 15))
+    jobs = []
+    for model in ["m1", "m2", "m1~shift"][: int(rng.integers(1, 4))]:
+        clean_mis = rng.random(n) < 0.2
+        for impl in ["a/x", "b/y", "c/z", "d/w"][: int(rng.integers(1, 5))]:
+            d = random_distances(rng, n)
+            d[clean_mis] = 0.0
+            status = rng.choice(["ok", "ok", "ok", "crash", "timeout", "invalid"], n)
+            jobs.append(job_rows(model, impl, "l2" if rng.random() < 0.7 else "linf", d, family="f",
+                                 status=status, returned=np.where(rng.random(n) < 0.3, INF, d * 1.2),
+                                 refused=rng.integers(0, 2, n), backwards=rng.integers(0, 3, n) * 100))
+    return table(*jobs)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_tables_have_bounded_scores_and_no_nan(seed):
+    t = random_table(seed)
+    lo = local_optimality(t)
+    assert lo.optimality.between(0.0, 1.0).all()
+    assert not lo[["optimality", "optimality_attackbench", "eps0"]].isna().any().any()
+    g = global_optimality(t)
+    assert g.optimality.between(0.0, 1.0).all() and not g.optimality.isna().any()
+    side, pairs = align(t)
+    assert not side[["optimality", "optimality_attackbench", "asr_at_ref"]].isna().any().any()
+    assert pairs.p_value.between(0.0, 1.0).all() and pairs.effect_size.between(-1.0, 1.0).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_tables_flags_leaderboard_and_diff(seed):
+    t = random_table(100 + seed)
+    assert not leaderboard(t)[["optimality", "optimality_attackbench"]].isna().any().any()
+    f = flags(t)
+    assert not f.evidence.isna().any() and (f.evidence.str.len() > 0).all()
+    d = diff(t, t, flags_a=f, flags_b=f)
+    assert set(d.verdict) <= {"unchanged"}
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_optimality_bounds_and_monotonicity(seed):
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(1, 30))
+    ref = random_distances(rng, n)
+    d = np.where(rng.random(n) < 0.5, ref, ref * rng.uniform(1, 3, n))
+    d[rng.random(n) < 0.2] = INF
+    xi = optimality(d, ref)
+    assert 0.0 <= xi <= 1.0
+    assert optimality(ref, ref) in (0.0, 1.0)  # 0 only when the reference is degenerate
+    assert optimality(np.where(ref > 0, INF, 0.0), ref) == 0.0
+    assert np.isfinite(optimality_attackbench(d, ref))
+    # moving any sample farther never helps
+    worse = d * rng.uniform(1, 2, n)
+    assert optimality(worse, ref) <= xi + 1e-12
+    # scale invariance: the same problem in other units scores the same
+    assert optimality(d * 7.0, ref * 7.0) == pytest.approx(xi)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_curve_area_monotone_in_eps_and_distances(seed):
+    rng = np.random.default_rng(2000 + seed)
+    d = random_distances(rng, 20)
+    eps, acc = robustness_curve(d)
+    assert np.all(np.diff(eps) > 0) and np.all(np.diff(acc) <= 0)
+    e1, e2 = sorted(rng.uniform(0, 3, 2))
+    assert curve_area(d, e1) <= curve_area(d, e2) + 1e-12
+    assert curve_area(d, e2) <= curve_area(d * 1.5, e2) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_paired_comparison_is_antisymmetric(seed):
+    rng = np.random.default_rng(3000 + seed)
+    a, b = random_distances(rng, 25), random_distances(rng, 25)
+    r, s = paired_comparison(a, b), paired_comparison(b, a)
+    assert (r["wins_a"], r["wins_b"], r["ties"]) == (s["wins_b"], s["wins_a"], s["ties"])
+    assert r["effect_size"] == pytest.approx(-s["effect_size"])
+    assert r["p_value"] == pytest.approx(s["p_value"])
+    assert 0.0 <= r["p_value"] <= 1.0
