@@ -18,7 +18,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 #: fields that do not change results: they may differ between a run and its resumption
 NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
-                     "memory_limit_mb", "preset", "strict"}
+                     "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint"}
 
 
 class ConfigError(ValueError):
@@ -41,8 +41,12 @@ class RunConfig:
     targeted: bool = False
     metamorphic: bool = False
     steps_scale: float = 1.0
-    device: str = "cpu"
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (cuda when available)
     batch_size: int = 0
+    model_dir: str = ""  # RobustBench checkpoints: <model_dir>/<dataset>/<threat_model>/<name>.pt
+    threat_model: str = ""  # RobustBench threat model of robustbench: models that name none ("" = Linf)
+    allow_download: bool = False  # let model sources download weights (never otherwise)
+    trust_checkpoint: bool = False  # unpickle checkpoints in full (weights_only=False)
     plugins: list[str] = field(default_factory=list)
     executor: str = "local"
     scheduler: str | None = None
@@ -89,7 +93,14 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
             raise ConfigError(f"unknown config key(s) {', '.join(sorted(unknown))}; known keys: {', '.join(sorted(known))}")
         merged.update(layer)
     config = RunConfig(**merged)
+    if config.device == "auto":
+        import torch
+
+        config.device = "cuda" if torch.cuda.is_available() else "cpu"
     validate(config)
+    from .models import normalize_threat_model
+
+    config.threat_model = normalize_threat_model(config.threat_model)
     return config
 
 
@@ -98,9 +109,31 @@ def validate(config: RunConfig) -> None:
 
     if not config.out:
         raise ConfigError("--out DIR is required: the directory the run's results go to")
+    from .datasets import DataSourceError, parse_source
+    from .models import ModelSourceError, normalize_threat_model, parse_model_source
+
     for model in config.models:
         if model.removesuffix(SHIFT_SUFFIX) not in ZOO and ":" not in model:
             raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
+        try:
+            parsed = parse_model_source(model)
+        except ModelSourceError as exc:
+            raise ConfigError(str(exc)) from None
+        if parsed.kind == "zoo" and parsed.name not in ZOO:
+            raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
+    try:
+        parse_source(config.dataset)
+        normalize_threat_model(config.threat_model)
+    except (DataSourceError, ModelSourceError) as exc:
+        raise ConfigError(str(exc)) from None
+    device = str(config.device)
+    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+        raise ConfigError(f"--device {device!r} is not one of cpu, cuda, cuda:N, auto")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {device} but torch sees no CUDA device; use --device cpu or auto")
     if config.norms:
         bad = [n for n in config.norms if n not in ("l0", "l1", "l2", "linf")]
         if bad:

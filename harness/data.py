@@ -65,24 +65,38 @@ def subset_hash(inputs: Tensor, labels: Tensor) -> str:
     return h.hexdigest()
 
 
-def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset: str) -> Subset:
-    """Choose ``size`` samples by ``seed`` (sorted indices, without replacement) and hash them."""
-    n = len(labels)
+def subset_indices(n: int, size: int, seed: int) -> np.ndarray:
+    """``size`` of ``n`` sample indices chosen by ``seed`` (sorted, without replacement)."""
     if size <= 0:
         raise ValueError(f"--samples must be positive, got {size}")
     size = min(size, n)
-    indices = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
+def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset: str) -> Subset:
+    """Choose ``size`` samples by ``seed`` (sorted indices, without replacement) and hash them."""
+    indices = subset_indices(len(labels), size, seed)
     idx = torch.from_numpy(indices)
     x, y = inputs[idx].contiguous(), labels[idx].contiguous()
     return Subset(dataset, indices, x, y, subset_hash(x, y))
 
 
 def load_subset(dataset: str, size: int, seed: int) -> Subset:
-    """The evaluation subset of a named dataset (``digits`` is embedded)."""
+    """The evaluation subset of a dataset source: ``digits`` (embedded) or a local-file source
+    of ``attackaudit.datasets`` (``cifar10:DIR``, ``imagenet:ROOT:LIST``, ``tensors:FILE``, ...).
+
+    Only the chosen samples are decoded; raises ``DataSourceError`` (a ValueError) for a bad source.
+    """
     if dataset == "digits":
         x, y = digits("test")
         return select_subset(x, y, size, seed, dataset)
-    raise ValueError(f"unknown dataset {dataset!r}; the embedded one is 'digits'")
+    from .datasets import open_source
+
+    source = open_source(dataset)
+    indices = subset_indices(len(source), size, seed)
+    x, y = source.load(indices)
+    x, y = x.contiguous(), y.contiguous()
+    return Subset(dataset, indices, x, y, subset_hash(x, y))
 
 
 def random_targets(labels: Tensor, num_classes: int, seed: int) -> Tensor:

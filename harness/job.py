@@ -49,10 +49,22 @@ class Job:
     steps_scale: float = 1.0  # scales each spec's iteration count (quick runs, tests)
     plugins: tuple[str, ...] = field(default=())
     model_source: str = ""  # empty: the embedded zoo
+    model_dir: str = ""  # RobustBench layout root ("" = ./models)
+    threat_model: str = ""  # RobustBench threat model for sources that name none ("" = Linf)
+    allow_download: bool = False  # may the model source download weights
+    trust_checkpoint: bool = False  # unpickle checkpoints in full
 
     @property
     def job_id(self) -> str:
-        blob = json.dumps(asdict(self) | {"run": ""}, sort_keys=True).encode()
+        fields = asdict(self) | {"run": ""}
+        # loading permissions never change results; the RobustBench options only count when set,
+        # so the ids of zoo jobs stay what they were before these fields existed
+        for key in ("allow_download", "trust_checkpoint"):
+            fields.pop(key)
+        for key in ("model_dir", "threat_model"):
+            if not fields[key]:
+                fields.pop(key)
+        blob = json.dumps(fields, sort_keys=True).encode()
         safe = "".join(c if c.isalnum() else "-" for c in f"{self.model}__{self.spec_key}")
         return f"{safe}__{hashlib.sha256(blob).hexdigest()[:10]}"
 
@@ -136,6 +148,8 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
     """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows."""
     seed_everything(job.seed)
     device = torch.device(job.device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
     inputs, labels = subset.inputs.to(device), subset.labels.to(device)
     tgt = targets.to(device) if targets is not None else None
     model = model.to(device).eval()

@@ -6,6 +6,7 @@ executor, so rerunning the same command resumes a killed run and re-executes onl
 from __future__ import annotations
 
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ class Plan:
     versions: dict[str, str]
     subset_hash: str
     specs: dict[str, dict] = field(default_factory=dict)
+    subset: object = None        # the attacked samples (attackaudit.data.Subset)
 
 
 def _matches(spec, config: RunConfig) -> bool:
@@ -80,11 +82,14 @@ def plan(config: RunConfig) -> Plan:
                                 samples=config.samples, seed=config.seed, budget=config.budget,
                                 targeted=config.targeted, device=config.device,
                                 batch_size=config.batch_size, plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
-                                steps_scale=config.steps_scale))
+                                steps_scale=config.steps_scale,
+                                model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
+                                threat_model=config.threat_model, allow_download=config.allow_download,
+                                trust_checkpoint=config.trust_checkpoint))
     if not jobs and not unavailable:
         raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
                           "`attackaudit attacks` lists the catalogue")
-    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs)
+    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset)
 
 
 @dataclass
@@ -122,12 +127,19 @@ def run(config: RunConfig) -> RunSummary:
     ensure_writable(run_dir)
     check_resumable(run_dir, config)
     p = plan(config)
+    from .model_checks import check_models
+
+    model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
+    if not config.quiet:
+        for check in model_checks.values():
+            for warning in check["warnings"]:
+                print(f"attackaudit: warning: {warning}", file=sys.stderr)
     write_manifest(run_dir, {
         "name": config.name, "config": config.result_config(), "library_versions": p.versions,
         "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
         "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
-        "specs": p.specs,
+        "specs": p.specs, "model_checks": model_checks,
     })
     pending = [j for j in p.jobs if not job_is_complete(run_dir, j.job_id)]
     limits = Limits(config.timeout_s, config.memory_limit_mb)

@@ -47,9 +47,13 @@ def _subset(dataset: str, samples: int, seed: int):
 
 
 def load_job_model(job: Job) -> torch.nn.Module:
-    from .zoo import load_model
+    """The job's model on the job's device: a zoo name (``NAME~shift`` too) or any model source
+    of ``attackaudit.models`` (robustbench:, torchvision:, timm:, module:)."""
+    from .models import load_model_source
 
-    return load_model(job.model)
+    return load_model_source(job.model, model_dir=job.model_dir, dataset=job.dataset,
+                             threat_model=job.threat_model, allow_download=job.allow_download,
+                             trust_checkpoint=job.trust_checkpoint, device=job.device)
 
 
 def job_targets(job: Job, subset, num_classes: int):
