@@ -32,7 +32,7 @@ def random_table(seed):
     return table(*jobs)
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", range(20))
 def test_random_tables_have_bounded_scores_and_no_nan(seed):
     t = random_table(seed)
     lo = local_optimality(t)
@@ -45,7 +45,7 @@ def test_random_tables_have_bounded_scores_and_no_nan(seed):
     assert pairs.p_value.between(0.0, 1.0).all() and pairs.effect_size.between(-1.0, 1.0).all()
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_random_tables_flags_leaderboard_and_diff(seed):
     t = random_table(100 + seed)
     assert not leaderboard(t)[["optimality", "optimality_attackbench"]].isna().any().any()
