@@ -163,6 +163,8 @@ class QueryTracker(nn.Module):
         # only finite, in-box rows with finite logits count (the clamp below must not change them)
         valid = (torch.isfinite(rows_c).all(1) & torch.isfinite(logits[candidate]).all(1)
                  & (rows_c.amin(1) >= -BOX_TOLERANCE) & (rows_c.amax(1) <= 1 + BOX_TOLERANCE))
+        if not bool(valid.any()):  # e.g. SparseFool and ART's EAD query points outside the box
+            return
         rows_c, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
         dist = lp_norm(rows_c - self._flat[idx_c], self.norm)
         better = dist < self.best_distance[idx_c]

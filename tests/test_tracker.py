@@ -113,3 +113,15 @@ def test_clean_misclassified_have_distance_zero(cnn):
         wrong = torch.nonzero(cnn(x).argmax(1) != y).squeeze(1)[:3]
     t = QueryTracker(cnn, x[wrong], y[wrong], norm="l2")
     assert (t.best_distance == 0).all() and (~t.clean_correct).all()
+
+
+def test_adversarial_rows_outside_the_box_are_counted_but_never_best(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="l2")
+    with torch.no_grad():
+        far = x + 5.0  # misclassified, and far outside [0, 1]
+        adv = (cnn(far).argmax(1) != y)
+        t(far)
+    assert adv.any()
+    assert (t.forwards == 1).all()
+    assert torch.isinf(t.best_distance[t.clean_correct]).all()
