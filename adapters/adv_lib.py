@@ -6,6 +6,7 @@ attacks take a per-sample ε tensor.
 """
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from typing import Any
 
@@ -30,17 +31,44 @@ def _fixed(fn, eps_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, 
               **{eps_name: eps}, **params)
 
 
-def specs() -> list[AttackSpec]:
-    from adv_lib import attacks as A
+class _Release:
+    """``adv_lib.attacks`` of the installed release; an attack it lacks is ``None``. Releases
+    differ (``df`` arrived in 0.2.6): detect features, never compare version numbers."""
 
+    def __init__(self, module) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name, None)
+
+
+def _has(fn, params) -> bool:
+    """Whether this release has ``fn`` and it accepts every keyword of ``params``."""
+    if fn is None:
+        return False
+    try:
+        accepted = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is p.VAR_KEYWORD for p in accepted.values()) or all(k in accepted for k in params)
+
+
+def specs() -> list[AttackSpec]:
+    from adv_lib import attacks
+
+    A = _Release(attacks)
     out: list[AttackSpec] = []
 
     def minimal(name, fn, family, spec_norm, steps_param="", targeted_support=True, **params):
+        if not _has(fn, params):  # absent from this release: not in the catalogue
+            return
         out.append(AttackSpec(LIBRARY, name, family, spec_norm, "minimal", params,
                               partial(_minimal, fn, **params), targeted_support=targeted_support,
                               steps_param=steps_param))
 
     def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", **params):
+        if not _has(fn, {**params, eps_name: None}):
+            return
         out.append(AttackSpec(LIBRARY, name, family, spec_norm, "fixed", params,
                               partial(_fixed, fn, eps_name, **params), per_sample_eps=True,
                               steps_param=steps_param, variant=variant))

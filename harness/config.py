@@ -1,6 +1,7 @@
 """One resolved RunConfig from a TOML file, a preset and command-line flags (flags win)."""
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -48,6 +49,9 @@ class RunConfig:
     allow_download: bool = False  # let model sources download weights (never otherwise)
     trust_checkpoint: bool = False  # unpickle checkpoints in full (weights_only=False)
     plugins: list[str] = field(default_factory=list)
+    # interpreter of the whole run, e.g. a release environment of `attackaudit audit` ("" = this
+    # one). A result field: its environment pins the library release, so results differ.
+    python: str = ""
     executor: str = "local"
     scheduler: str | None = None
     workers: int = 1
@@ -151,3 +155,5 @@ def validate(config: RunConfig) -> None:
     for plugin in config.plugins:
         if not Path(plugin).is_file():
             raise ConfigError(f"--plugin {plugin} does not exist; pass a .py file defining specs()")
+    if config.python and not (Path(config.python).is_file() and os.access(config.python, os.X_OK)):
+        raise ConfigError(f"python {config.python} is not an executable interpreter")

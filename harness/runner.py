@@ -122,6 +122,10 @@ def check_resumable(run_dir: Path, config: RunConfig) -> None:
 
 def run(config: RunConfig) -> RunSummary:
     """Run (or resume) the grid of ``config``; returns the summary."""
+    from .audit_env import is_current_interpreter, run_under
+
+    if config.python and not is_current_interpreter(config.python):
+        return run_under(config)  # the whole run (catalogue, plan, workers) under that interpreter
     start = time.perf_counter()
     run_dir = Path(config.out)
     ensure_writable(run_dir)
