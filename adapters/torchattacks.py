@@ -9,6 +9,7 @@ call, so a job stays reproducible but later draws in the same process repeat.
 """
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from typing import Any
 
@@ -70,6 +71,13 @@ def specs() -> list[AttackSpec]:
     def add(cls, family: str, spec_norm: str, kind: str, steps_param: str = "steps",
             targeted_support: bool = True, variant: str = "", note: str = "",
             run_kw: dict[str, Any] | None = None, **params: Any) -> None:
+        # feature detection, not version checks: a release without the class, or whose class
+        # lacks one of the hyperparameters, simply does not have this spec
+        if cls is None:
+            return
+        accepted = inspect.signature(cls).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()) and set(params) - set(accepted):
+            return
         run_kw = run_kw or {}
         out.append(AttackSpec(
             LIBRARY, cls.__name__, family, spec_norm, kind, dict(params, **run_kw),
@@ -80,50 +88,50 @@ def specs() -> list[AttackSpec]:
     for norm in ("l2", "linf"):
         # ~one forward and one backward per step: 100 steps ~ 200 queries per call
         for loss in ("ce", "dlr"):
-            add(ta.APGD, "apgd", norm, "fixed", targeted_support=False, variant=loss,
+            add(getattr(ta, "APGD", None), "apgd", norm, "fixed", targeted_support=False, variant=loss,
                 note=untargeted.format("APGD"), norm=NAMES[norm], steps=100, n_restarts=1,
                 loss=loss, seed=0, eot_iter=1, rho=0.75, verbose=False)
         # APGDT tries every other class in turn (n_classes - 1 targets) to reach any
         # misclassification: 10 steps per target keep a call near 200 queries.
-        add(ta.APGDT, "apgd_t", norm, "fixed", targeted_support=False,
+        add(getattr(ta, "APGDT", None), "apgd_t", norm, "fixed", targeted_support=False,
             note=untargeted.format("APGDT") + "; its targets are internal (top-k classes)",
             run_kw={"with_classes": True}, norm=NAMES[norm], steps=10, n_restarts=1, seed=0,
             eot_iter=1, rho=0.75, verbose=False)
-    add(ta.PGD, "pgd", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
-    add(ta.PGDL2, "pgd", "l2", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
-    add(ta.BIM, "bim", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100)
-    add(ta.FGSM, "fgm", "linf", "fixed", steps_param="")
+    add(getattr(ta, "PGD", None), "pgd", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
+    add(getattr(ta, "PGDL2", None), "pgd", "l2", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
+    add(getattr(ta, "BIM", None), "bim", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100)
+    add(getattr(ta, "FGSM", None), "fgm", "linf", "fixed", steps_param="")
     fab_note = ("torchattacks 3.5.1 FAB: targeted runs count any misclassification as success, and "
                 "the targets shift when the batch holds an already misclassified sample (the target "
                 "map is indexed by positions among the correctly classified ones)")
     for norm in ("l1", "l2", "linf"):
         # each step: one forward and one backward per class (the Jacobian), ~1200 queries
-        add(ta.FAB, "fab", norm, "minimal", run_kw={"with_classes": True, "target_by_map": True},
+        add(getattr(ta, "FAB", None), "fab", norm, "minimal", run_kw={"with_classes": True, "target_by_map": True},
             note=fab_note + ("; norm='L1' raises UnboundLocalError in perturb" if norm == "l1" else ""),
             norm=NAMES[norm], eps=UNBOUNDED_EPS, steps=100, n_restarts=1, alpha_max=0.1, eta=1.05,
             beta=0.9, seed=0, multi_targeted=False, verbose=False)
-    add(ta.CW, "cw", "l2", "minimal",
+    add(getattr(ta, "CW", None), "cw", "l2", "minimal",
         note="torchattacks CW uses one fixed c (no binary search) and stops early when the cost rises",
         c=1.0, kappa=0.0, steps=500, lr=0.01)
-    add(ta.DeepFool, "deepfool", "l2", "minimal", targeted_support=False,
+    add(getattr(ta, "DeepFool", None), "deepfool", "l2", "minimal", targeted_support=False,
         note=untargeted.format("DeepFool"), steps=50, overshoot=0.02)
     for norm in ("l0", "l1"):
         # SparseFool runs a DeepFool (50 steps, not settable) inside each of its steps; it also
         # queries the unclamped extrapolation x + lam·(deepfool - x), which may leave the box
-        add(ta.SparseFool, "sparsefool", norm, "minimal", targeted_support=False,
+        add(getattr(ta, "SparseFool", None), "sparsefool", norm, "minimal", targeted_support=False,
             note=untargeted.format("SparseFool") + "; it minimises L1 as a proxy for L0",
             steps=10, lam=3.0, overshoot=0.02)
     ead_note = ("torchattacks 3.5.1 EAD: y_k = nn.Parameter(images) shares storage with images, so "
                 "the first gradient step moves the reference image (outputs leave [0, 1]); "
                 "max_iterations < 10 divides by zero in abort_early")
-    for cls in (ta.EADL1, ta.EADEN):
+    for cls in (getattr(ta, "EADL1", None), getattr(ta, "EADEN", None)):
         # abort_early stops most binary-search steps early: ~600 queries measured
         add(cls, "ead", "l1", "minimal", steps_param="max_iterations", note=ead_note, kappa=0.0,
             lr=0.01, binary_search_steps=9, max_iterations=100, abort_early=True,
             initial_const=0.001, beta=0.001)
     # gamma caps the fraction of features JSMA may change (default 0.1, i.e. 6 of 64 pixels
     # here): a minimum-L0 attack gets them all; one Jacobian (1 forward + C backwards) per 2 pixels
-    add(ta.JSMA, "jsma", "l0", "minimal", steps_param="",
+    add(getattr(ta, "JSMA", None), "jsma", "l0", "minimal", steps_param="",
         note="torchattacks JSMA is always targeted: untargeted runs aim at (label + 1) % 10",
         theta=1.0, gamma=1.0)
     return out
