@@ -66,6 +66,7 @@ class QueryTracker(nn.Module):
         if targeted:
             refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
         self._refusal = refusal * REFUSAL_SCALE
+        self.eval()  # a fresh Module is in training mode; libraries warn about that (foolbox)
 
     # -- attribution -----------------------------------------------------------------------
     def attribute(self, rows: Tensor) -> tuple[Tensor, bool]:
