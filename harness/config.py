@@ -14,7 +14,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1},
     # what `make demo` runs: every zoo model, every library
     "demo": {"models": ["digits-mlp", "digits-mlp-tiny", "digits-cnn", "digits-cnn-at-linf", "digits-cnn-at-l2"],
-             "samples": 32, "steps_scale": 0.5},
+             "samples": 16, "steps_scale": 0.5, "workers": 2},
 }
 
 #: fields that do not change results: they may differ between a run and its resumption
