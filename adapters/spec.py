@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from torch import Tensor, nn
+from torch import Tensor
 
 #: ``run(model, inputs, labels, *, targeted=False, targets=None[, eps]) -> adversarial inputs``.
 #: inputs: N×C×H×W float in [0, 1]; labels: N int64; returns N×C×H×W in [0, 1].

@@ -15,7 +15,6 @@ import time
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attackaudit.adapters import load_library

@@ -30,7 +30,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shutil
 import site
 import subprocess

@@ -16,7 +16,6 @@ from attackaudit.data import load_subset, random_targets  # noqa: E402
 from attackaudit.distance import lp_norm  # noqa: E402
 from attackaudit.job import attack_with_tracker, output_problem, seed_everything  # noqa: E402
 from attackaudit.tracker import QueryTracker  # noqa: E402
-from attackaudit.zoo import load_model  # noqa: E402
 
 ENTRY = load_library("art")
 SPECS = {s.key: s for s in ENTRY.specs}
@@ -30,26 +29,6 @@ EXPECTED = {
     "art/BasicIterativeMethod/linf", "art/CarliniL2Method/l2", "art/CarliniLInfMethod/linf",
     "art/DeepFool/l2", "art/ElasticNet/l1", "art/SaliencyMapMethod/l0",
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models on a shared CPU: one intra-op thread is several times faster than two
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model("digits-cnn")
-
-
-@pytest.fixture(scope="module")
-def data():
-    sub = load_subset("digits", 6, 0)
-    return sub.inputs, sub.labels
 
 
 def test_catalogue():

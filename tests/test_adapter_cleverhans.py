@@ -15,7 +15,6 @@ from attackaudit.adapters import load_library  # noqa: E402
 from attackaudit.data import load_subset, random_targets  # noqa: E402
 from attackaudit.job import attack_with_tracker, output_problem, seed_everything  # noqa: E402
 from attackaudit.tracker import QueryTracker  # noqa: E402
-from attackaudit.zoo import load_model  # noqa: E402
 
 ENTRY = load_library("cleverhans")
 SPECS = {s.key: s for s in ENTRY.specs}
@@ -26,26 +25,6 @@ EXPECTED = {
     "cleverhans/projected_gradient_descent/l2", "cleverhans/projected_gradient_descent/linf",
     "cleverhans/carlini_wagner_l2/l2",
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models on a shared CPU: two intra-op threads can be ~50× slower than one
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model("digits-cnn")
-
-
-@pytest.fixture(scope="module")
-def data():
-    sub = load_subset("digits", 6, 0)
-    return sub.inputs, sub.labels
 
 
 def test_catalogue():

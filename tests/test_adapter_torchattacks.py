@@ -17,7 +17,6 @@ from attackaudit.adapters import load_library  # noqa: E402
 from attackaudit.data import load_subset, random_targets  # noqa: E402
 from attackaudit.job import attack_with_tracker, output_problem, seed_everything  # noqa: E402
 from attackaudit.tracker import QueryTracker  # noqa: E402
-from attackaudit.zoo import load_model  # noqa: E402
 
 ENTRY = load_library("torchattacks")
 SPECS = {s.key: s for s in ENTRY.specs}
@@ -45,26 +44,6 @@ KNOWN_BUGS = {
 def _keys(keys):
     return [pytest.param(k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN_BUGS[k]))
             if k in KNOWN_BUGS else k for k in sorted(keys)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models on a shared CPU: one intra-op thread is several times faster than two
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model("digits-cnn")
-
-
-@pytest.fixture(scope="module")
-def data():
-    sub = load_subset("digits", 6, 0)
-    return sub.inputs, sub.labels
 
 
 def test_catalogue():

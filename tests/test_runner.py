@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 import attackaudit
-from attackaudit.store import job_path
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "misbehaving.py")
 SMALL = ["--models", "digits-cnn", "--libraries", "adv_lib", "--attacks", "adv_lib/ddn", "adv_lib/fmn",

@@ -28,15 +28,6 @@ from attackaudit.models import ModelSourceError, Normalized, load_model_source, 
 TINY_WRN = "Tiny2024Test"  # a RobustBench-style id registered by the tests, a WRN-10-1
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: one thread avoids OpenMP's overhead (large on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # -- builders ------------------------------------------------------------------------------------
 def write_cifar_batch(folder: Path, n: int = 12, seed: int = 0, name: str = "test_batch") -> tuple[np.ndarray, list]:
     rng = np.random.default_rng(seed)
