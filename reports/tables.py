@@ -138,6 +138,19 @@ def load_exact(run_dir: Path) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
+    """Runs merge into one envelope only on the same samples, budget and attack mode."""
+    for column, what in (("subset_hash", "subset"), ("budget", "query budget"), ("targeted", "attack mode")):
+        seen: dict = {}
+        for d, rows in zip(dirs, tables):
+            for value in rows[column].unique():
+                seen.setdefault(value, d)
+        if len(seen) > 1:
+            (a, da), (b, db) = list(seen.items())[:2]
+            raise ValueError(f"runs {da} and {db} differ in {what} ({a} vs {b}); only runs on the same "
+                             "subset, budget and attack mode merge into one envelope")
+
+
 def load_runs(run_dirs: Iterable[Path | str]) -> tuple[pd.DataFrame, list[dict], pd.DataFrame | None]:
     """Merged rows, manifests and exact distances of one or several run directories.
 
@@ -164,6 +177,7 @@ def load_runs(run_dirs: Iterable[Path | str]) -> tuple[pd.DataFrame, list[dict],
         exact = load_exact(d)
         if exact is not None:
             exacts.append(exact)
+    _check_mergeable(dirs, tables)
     table = pd.concat(tables, ignore_index=True)
     exact = pd.concat(exacts, ignore_index=True).drop_duplicates(
         [c for c in ("model", "dataset", "norm", "sample") if c in exacts[0].columns], keep="last") \

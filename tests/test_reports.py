@@ -275,3 +275,13 @@ def test_plots_never_carry_names_as_markup():
                 np.array([0.1, 0.2, np.inf]), np.array([0.2, 0.1, 0.3]), np.array([evil] * 3, dtype=object))
     svg = scatter_svg(pair, "t")
     assert svg.startswith("<svg") and "script" not in svg and "<!--" not in svg and "-->" not in svg
+
+
+def test_runs_on_different_subsets_or_budgets_are_refused(tmp_path):
+    base = job_rows("m", "lib/pgd", "linf", [0.1, 0.2, float("inf")])
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, frame in ((a, base), (b, base.assign(budget=base["budget"] * 2))):
+        (d / "jobs").mkdir(parents=True)
+        frame.to_parquet(d / "jobs" / "x.parquet", index=False)
+    with pytest.raises(ValueError, match="query budget"):
+        write_report([a, b], out=tmp_path / "merged")
