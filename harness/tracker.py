@@ -62,6 +62,7 @@ class QueryTracker(nn.Module):
             self._half_separation = torch.full((n,), float("inf"), device=device)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows and owners
         self._arange = torch.arange(n, device=device)
+        self._max_used = 0  # max over samples of forwards + backwards
         refusal = torch.nn.functional.one_hot(self.labels, self.num_classes).float()
         if targeted:
             refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
@@ -69,8 +70,11 @@ class QueryTracker(nn.Module):
         self.eval()  # a fresh Module is in training mode; libraries warn about that (foolbox)
 
     # -- attribution -----------------------------------------------------------------------
-    def attribute(self, rows: Tensor) -> tuple[Tensor, bool]:
-        """Owner (original index) of each flattened row (B×D) -> (B indices, whole-batch-in-order).
+    def attribute(self, rows: Tensor) -> tuple[Tensor, bool, Tensor | None]:
+        """Owner (original index) of each flattened row (B×D).
+
+        Returns (B indices, whole batch in order, each row's distance to its own original under
+        the job's norm when that was computed on the way — on the fast path — else None).
 
         A row is given to the nearest original, or to the owner of the nearest row of the
         previous query when that is closer: an iterate is closer to the previous iterate than to
@@ -84,7 +88,7 @@ class QueryTracker(nn.Module):
             ok = own < self._half_separation
             if bool(ok.all()):  # the common case: the whole batch, in order
                 self._previous = (rows.clone(), self._arange)  # the attack may change its tensor in place
-                return self._arange, True
+                return self._arange, True, (own if self.norm != "l0" else None)
             idx = torch.where(ok, self._arange, -1)
         else:
             idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
@@ -96,8 +100,11 @@ class QueryTracker(nn.Module):
             prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
             owner = torch.where(prev_dist < best, prev_idx[prev_pos], owner)
         idx[unresolved] = owner
+        if b == n and torch.equal(idx, self._arange):  # resolved to the batch in order after all
+            self._previous = (rows.clone(), self._arange)
+            return self._arange, True, (own if self.norm != "l0" else None)
         self._previous = (rows.clone(), idx)
-        return idx, False
+        return idx, False, None
 
     @staticmethod
     def _rank_within_batch(idx: Tensor) -> Tensor:
@@ -136,34 +143,54 @@ class QueryTracker(nn.Module):
         if self.model.training:  # a library that calls train() must not change the model
             self.model.eval()
         rows = x.detach().reshape(x.shape[0], -1)
-        idx, in_order = self.attribute(rows)
-        allowed = self._within_budget(idx, in_order)
-        everyone = bool(allowed.all())
-        self._count(self.forwards, idx, allowed, in_order, everyone)
+        idx, in_order, own = self.attribute(rows)
+        everyone = self._charge(self.forwards, idx, in_order)
         out = self.model(x)
-        if not everyone:
-            out = torch.where(allowed.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
-        self._update_best(rows, out.detach(), idx, allowed, everyone)
+        if everyone is not True:
+            out = torch.where(everyone.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
+        self._update_best(rows, out.detach(), idx, everyone, in_order, own)
         if out.requires_grad:
             out.register_hook(lambda grad, idx=idx, in_order=in_order: self._on_backward(grad, idx, in_order))
         return out
 
-    def _on_backward(self, grad: Tensor, idx: Tensor, in_order: bool) -> Tensor:
+    def _charge(self, counter: Tensor, idx: Tensor, in_order: bool) -> Tensor | bool:
+        """Count one query per row within the budget; True when every row was, else the mask.
+
+        ``_max_used`` (a Python int) lets the common case — the whole batch in order, nobody at
+        the budget — skip every tensor operation but the increment.
+        """
+        if in_order and self._max_used < self.budget:
+            counter += 1
+            self._max_used += 1
+            return True
         allowed = self._within_budget(idx, in_order)
         everyone = bool(allowed.all())
-        self._count(self.backwards, idx, allowed, in_order, everyone)
-        return grad if everyone else grad * allowed.unsqueeze(1).to(grad.dtype)
+        self._count(counter, idx, allowed, in_order, everyone)
+        self._max_used = int((self.forwards + self.backwards).max())
+        return True if everyone else allowed
 
-    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor, everyone: bool) -> None:
-        candidate = self._is_adversarial(logits, idx)
-        if not everyone:
+    def _on_backward(self, grad: Tensor, idx: Tensor, in_order: bool) -> Tensor:
+        everyone = self._charge(self.backwards, idx, in_order)
+        return grad if everyone is True else grad * everyone.unsqueeze(1).to(grad.dtype)
+
+    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool,
+                     in_order: bool = False, own: Tensor | None = None) -> None:
+        if in_order:  # no gathers; and the distances are already known on the fast path
+            pred = logits.argmax(1)
+            candidate = pred == self.targets if self.targeted else pred != self.labels
+            if own is not None:
+                candidate &= own.to(self.best_distance.dtype) < self.best_distance
+        else:
+            candidate = self._is_adversarial(logits, idx)
+        if allowed is not True:
             candidate &= allowed
         if not bool(candidate.any()):
             return
+        if in_order:  # one row per sample: no ranking of several candidates needed
+            self._update_best_in_order(rows.to(self._flat.dtype), logits, candidate)
+            return
         rows_c, idx_c = rows[candidate].to(self._flat.dtype), idx[candidate]
-        # only finite, in-box rows with finite logits count (the clamp below must not change them)
-        valid = (torch.isfinite(rows_c).all(1) & torch.isfinite(logits[candidate]).all(1)
-                 & (rows_c.amin(1) >= -BOX_TOLERANCE) & (rows_c.amax(1) <= 1 + BOX_TOLERANCE))
+        valid = self._valid(rows_c, logits[candidate])
         if not bool(valid.any()):  # e.g. SparseFool and ART's EAD query points outside the box
             return
         rows_c, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
@@ -179,6 +206,23 @@ class QueryTracker(nn.Module):
         self.best_distance[idx_c[keep]] = dist[keep]
         self.best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
 
+    def _update_best_in_order(self, rows: Tensor, logits: Tensor, candidate: Tensor) -> None:
+        candidate = candidate & self._valid(rows, logits)
+        if not bool(candidate.any()):
+            return
+        rows_c = rows[candidate].clamp(0, 1)
+        dist = lp_norm(rows_c - self._flat[candidate], self.norm)
+        better = dist < self.best_distance[candidate]
+        where = self._arange[candidate][better]
+        self.best_distance[where] = dist[better]
+        self.best_adversarial.view(len(self._flat), -1)[where] = rows_c[better]
+
+    @staticmethod
+    def _valid(rows: Tensor, logits: Tensor) -> Tensor:
+        """Finite, in-box rows with finite logits (the clamp to [0, 1] must not change them)."""
+        return (torch.isfinite(rows).all(1) & torch.isfinite(logits).all(1)
+                & (rows.amin(1) >= -BOX_TOLERANCE) & (rows.amax(1) <= 1 + BOX_TOLERANCE))
+
     def offer(self, adversarial: Tensor) -> Tensor:
         """Consider the attack's returned batch (N×…) as best candidates, without counting it.
 
@@ -188,8 +232,7 @@ class QueryTracker(nn.Module):
         rows = adversarial.detach().reshape(len(self._flat), -1).to(self._flat.dtype)
         with torch.no_grad():
             logits = self.model(adversarial.detach().to(self.inputs.dtype))
-        everyone = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
-        self._update_best(rows, logits, self._arange, everyone, True)
+        self._update_best(rows, logits, self._arange, True, True)
         return self._is_adversarial(logits, self._arange)
 
     @property
