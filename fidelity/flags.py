@@ -35,8 +35,14 @@ LABEL_BUG_MAX_SUCCESS = 0.15
 LABEL_BUG_BUDGET_FRACTION = 0.95
 #: twins disagree on a sample when success differs or distances differ by more than this
 SHIFT_RTOL = 0.05
-#: ... and the flag needs at least this fraction of the samples to disagree
-SHIFT_MIN_FRACTION = 0.1
+#: ... and the flag needs at least this fraction of the samples to disagree. Sound attacks still
+#: disagree on a few samples: the twins' float rounding differs, and where success is not
+#: monotone in ε the minimal-ε search's bisection takes another path (seen on 2-3 of 16 samples
+#: for FGM/PGD in the demo); real shift bugs disagree on most samples (torchattacks CW: 13 of 16).
+SHIFT_MIN_FRACTION = 0.25
+#: families whose objective is not invariant to a per-sample logit shift by construction (JSMA's
+#: saliency map uses each class output's own gradient), so the twin check says nothing about them
+SHIFT_VARIANT_FAMILIES = frozenset({"jsma"})
 #: two seeded runs disagree on a sample beyond this relative difference (float noise is below)
 NONDETERMINISM_RTOL = 1e-4
 #: optimality gap: significantly worse than the best sibling AND at least this much lower ξ
@@ -183,6 +189,7 @@ def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
 
 
 def _shift(t: pd.DataFrame) -> list[dict]:
+    t = t[~t["family"].isin(SHIFT_VARIANT_FAMILIES)]
     twins = t[t["model"].map(is_twin)]
     if twins.empty:
         return []

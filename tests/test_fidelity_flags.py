@@ -194,3 +194,19 @@ def test_flagged_summary():
     marks = flagged(flags(t))
     assert marks == {("b/far", "1.0", "l2"): ["budget_overrun", "optimality_gap"]}
     assert flagged(None) == {}
+
+
+def test_shift_check_skips_families_not_invariant_by_construction():
+    from attackaudit.fidelity.synthetic import job_rows, table
+
+    from attackaudit.fidelity import flags
+
+    base = [0.1, 0.2, 0.3, 0.4]
+    moved = [0.3, 0.5, 0.9, 1.2]
+    t = table(job_rows("m", "lib/jsma", "l0", base, family="jsma"),
+              job_rows("m~shift", "lib/jsma", "l0", moved, family="jsma"),
+              job_rows("m", "lib/cw", "l2", base, family="cw"),
+              job_rows("m~shift", "lib/cw", "l2", moved, family="cw"))
+    found = flags(t)
+    shifted = set(found[found["flag"] == "shift_sensitivity"]["implementation"])
+    assert shifted == {"lib/cw"}
