@@ -108,15 +108,21 @@ def _next_for(queue: list[Job], last_spec: str) -> int:
 class LocalExecutor:
     """``workers`` persistent child processes; each job isolated by its process boundary."""
 
-    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int | None = None) -> None:
+    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int | None = None,
+                 keep_alive: bool = False) -> None:
         self.workers = max(1, workers)
         self.limits = limits or Limits()
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
         self.ctx = mp.get_context("spawn")
+        self.keep_alive = keep_alive  # reuse the child processes across run() calls
+        self._pool: list[_Worker] = []
 
     def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone) -> None:
         queue = list(jobs)
-        pool = [_Worker(self.ctx, self.threads) for _ in range(min(self.workers, len(queue)))]
+        pool = self._pool
+        pool[:] = [w for w in pool if w.proc.is_alive()]
+        while len(pool) < min(self.workers, len(queue)):
+            pool.append(_Worker(self.ctx, self.threads))
         try:
             while queue or any(w.job for w in pool):
                 for w in pool:
@@ -135,8 +141,10 @@ class LocalExecutor:
                         w.kill()
                         pool[i] = _Worker(self.ctx, self.threads)
         finally:
-            for w in pool:
-                w.stop()
+            if not self.keep_alive:
+                for w in pool:
+                    w.stop()
+                pool.clear()
 
     def _poll(self, w: _Worker, run_dir: Path) -> dict | None:
         """The job's result if it ended (normally or not), else None."""
@@ -162,15 +170,22 @@ class LocalExecutor:
         return None
 
 
+_DASK_CHILD: LocalExecutor | None = None
+
+
 def _isolated_job(job: Job, run_dir: str, timeout_s: float, memory_limit_mb: int) -> dict:
     """A Dask task: the job in a one-shot child process, with the same limits as locally."""
     if mp.current_process().daemon:  # a daemonic Dask worker may not fork: run in-process
         from .worker import execute_job
 
         return execute_job(job, run_dir)
+    global _DASK_CHILD
+    if _DASK_CHILD is None or (_DASK_CHILD.limits.timeout_s, _DASK_CHILD.limits.memory_limit_mb) != (
+            timeout_s, memory_limit_mb):
+        # one persistent child per Dask worker process: imports are paid once, not per job
+        _DASK_CHILD = LocalExecutor(1, Limits(timeout_s, memory_limit_mb), threads=1, keep_alive=True)
     results: list[dict] = []
-    LocalExecutor(1, Limits(timeout_s, memory_limit_mb), threads=1).run(
-        [job], Path(run_dir), lambda _job, result: results.append(result))
+    _DASK_CHILD.run([job], Path(run_dir), lambda _job, result: results.append(result))
     return results[0]
 
 
