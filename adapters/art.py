@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .spec import AttackSpec
+from .spec import AttackSpec, num_classes
 
 LIBRARY = "art"
 ORD = {"l1": 1, "l2": 2, "linf": np.inf}
@@ -43,15 +43,6 @@ class _Forward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
-
-
-def num_classes(model: nn.Module, inputs: Tensor) -> int:
-    """The tracker knows its class count; any other model costs one forward of one sample."""
-    n = getattr(model, "num_classes", None)
-    if n is not None:
-        return int(n)
-    with torch.no_grad():
-        return int(model(inputs[:1]).shape[1])
 
 
 def classifier(model: nn.Module, inputs: Tensor):

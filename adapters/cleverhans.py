@@ -10,10 +10,9 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
-from .spec import AttackSpec
+from .spec import AttackSpec, num_classes
 
 LIBRARY = "cleverhans"
 ORD = {"l2": 2, "linf": np.inf}
@@ -53,21 +52,12 @@ def _pgd(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, ep
     return adv.detach()
 
 
-def _num_classes(model: nn.Module, inputs: Tensor) -> int:
-    # the QueryTracker knows it for free; any other module costs one forward of one sample
-    n = getattr(model, "num_classes", None)
-    if n is None:
-        with torch.no_grad():
-            n = model(inputs[:1]).shape[1]
-    return int(n)
-
-
 def _cw(model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
         targets: Tensor | None = None, **params: Any) -> Tensor:
     """Carlini-Wagner L2 (the best point found): N×C×H×W -> N×C×H×W in [0, 1]."""
     from cleverhans.torch.attacks.carlini_wagner_l2 import carlini_wagner_l2
 
-    adv = carlini_wagner_l2(model, inputs, _num_classes(model, inputs), y=_y(labels, targeted, targets),
+    adv = carlini_wagner_l2(model, inputs, num_classes(model, inputs), y=_y(labels, targeted, targets),
                             targeted=targeted, clip_min=0.0, clip_max=1.0, **params)
     return adv.detach()
 

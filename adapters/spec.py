@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 #: ``run(model, inputs, labels, *, targeted=False, targets=None[, eps]) -> adversarial inputs``.
 #: inputs: N×C×H×W float in [0, 1]; labels: N int64; returns N×C×H×W in [0, 1].
@@ -78,3 +79,12 @@ class AttackSpec:
             return self
         steps = self.params[self.steps_param]
         return self.with_params(**{self.steps_param: max(1, int(round(steps * factor)))})
+
+
+def num_classes(model: nn.Module, inputs: Tensor) -> int:
+    """The tracker knows its class count; any other model costs one forward of one sample."""
+    n = getattr(model, "num_classes", None)
+    if n is not None:
+        return int(n)
+    with torch.no_grad():
+        return int(model(inputs[:1]).shape[1])

@@ -13,24 +13,14 @@ import inspect
 from functools import partial
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from .spec import AttackSpec
+from .spec import AttackSpec, num_classes
 
 LIBRARY = "torchattacks"
 NAMES = {"l1": "L1", "l2": "L2", "linf": "Linf"}
 #: FAB keeps only adversarials within ``eps``; this makes it a minimum-norm attack
 UNBOUNDED_EPS = 1e6
-
-
-def num_classes(model: nn.Module, inputs: Tensor) -> int:
-    """The tracker knows its class count; any other model costs one forward of one sample."""
-    n = getattr(model, "num_classes", None)
-    if n is not None:
-        return int(n)
-    with torch.no_grad():
-        return int(model(inputs[:1]).shape[1])
 
 
 def _run(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
