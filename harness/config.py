@@ -11,7 +11,7 @@ from .zoo import ZOO
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
-    "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1},
+    "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1, "workers": 2},
     # what `make demo` runs: every zoo model, every library, and the metamorphic (logit-shifted)
     # twin of the standard CNN
     "demo": {"models": ["digits-mlp", "digits-mlp-tiny", "digits-cnn", "digits-cnn-at-linf", "digits-cnn-at-l2",
