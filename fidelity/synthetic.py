@@ -11,14 +11,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-#: harness/job.py ``ROW_COLUMNS`` (fidelity must not import the torch-side harness)
-ROW_COLUMNS = [
-    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
-    "library", "library_version", "attack", "implementation", "family", "norm", "kind",
-    "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
-    "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
-    "returned_adversarial", "status", "error", "wall_s",
-]
+from ..schema import ROW_COLUMNS  # torch-free: fidelity must not import the torch-side harness
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:

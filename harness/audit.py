@@ -206,7 +206,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     if all(s.empty for s in sides):
         raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    from .job import ROW_COLUMNS
+    from .schema import ROW_COLUMNS
 
     table_a, table_b = (_table(s, ROW_COLUMNS) for s in sides)
     hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}

@@ -21,15 +21,9 @@ from torch import Tensor, nn
 
 from .distance import lp_norm
 from .minimal import minimal_search
+from .schema import ROW_COLUMNS
 from .tracker import BOX_TOLERANCE, QueryTracker
 
-ROW_COLUMNS = [
-    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
-    "library", "library_version", "attack", "implementation", "family", "norm", "kind",
-    "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
-    "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
-    "returned_adversarial", "status", "error", "wall_s",
-]
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def load_run(run_dir: str | Path) -> pd.DataFrame:
         except Exception:
             continue
     if not frames:
-        from .job import ROW_COLUMNS
+        from .schema import ROW_COLUMNS
         return pd.DataFrame(columns=ROW_COLUMNS)
     return pd.concat(frames, ignore_index=True)
 

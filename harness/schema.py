@@ -1,0 +1,9 @@
+"""The per-sample result schema (DESIGN.md "Result rows"), torch-free so fidelity can share it."""
+
+ROW_COLUMNS = [
+    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
+    "library", "library_version", "attack", "implementation", "family", "norm", "kind",
+    "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
+    "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
+    "returned_adversarial", "status", "error", "wall_s",
+]
