@@ -3,6 +3,12 @@
 It counts forwards and backwards per original sample, caps them at one budget, and keeps the
 best (smallest) adversarial seen within that budget. Rows are attributed to the nearest original
 (under the job's norm), so attacks that subset, reorder or repeat the batch are counted right.
+
+On a small model (the digits CNN) every tensor operation of the tracker costs a visible fraction
+of a forward pass, so the common query — the whole batch, in order, near where the last one was —
+takes a path of a handful of operations: one containment test for the attribution, a counter in
+Python, and copies of the rows and logits whose best-adversarial bookkeeping is done for many
+queries at once (``_flush``).
 """
 from __future__ import annotations
 
@@ -15,6 +21,13 @@ from .distance import lp_norm, pairwise_distance
 BOX_TOLERANCE = 1e-5
 #: logit scale of the non-adversarial answer given to queries past the budget
 REFUSAL_SCALE = 1e4
+#: the deferred rows and logits may hold at most this many bytes before they are processed
+DEFERRED_BYTES = 32 << 20
+#: and at most this many queries
+DEFERRED_QUERIES = 128
+#: the containment box of an L∞ anchor is this much smaller than the half separation, so that
+#: rounding ``anchor ± half`` in float32 cannot make it contain a row that is not nearest
+BOX_MARGIN = 1e-6
 
 
 class QueryTracker(nn.Module):
@@ -41,54 +54,120 @@ class QueryTracker(nn.Module):
         self._flat = self.inputs.reshape(len(inputs), -1)
         n = len(inputs)
         device = inputs.device
-        self.forwards = torch.zeros(n, dtype=torch.long, device=device)
-        self.backwards = torch.zeros(n, dtype=torch.long, device=device)
+        self._arange = torch.arange(n, device=device)
+        self._forwards = torch.zeros(n, dtype=torch.long, device=device)
+        self._backwards = torch.zeros(n, dtype=torch.long, device=device)
+        # whole-batch-in-order queries not yet added to the tensors above (an addition per query
+        # would be a tensor operation per query)
+        self._pending = {"forwards": 0, "backwards": 0}
+        self._max_used = 0  # max over samples of forwards + backwards, pending included
         self.refused = torch.zeros(n, dtype=torch.long, device=device)
-        self.best_adversarial = self.inputs.clone()
-        self.best_distance = torch.full((n,), float("inf"), device=device)
+        # rows and logits of in-order queries whose best-adversarial update is still to be done:
+        # slots of a buffer allocated on first use, written in place (no allocation per query)
+        row_bytes = max(1, self._flat.numel() * self._flat.element_size())
+        self._deferred_limit = max(1, min(DEFERRED_QUERIES, DEFERRED_BYTES // row_bytes))
+        self._deferred_count = 0
+        self._row_slots: list[Tensor] = []
+        self._logit_slots: list[Tensor] = []
+        self._best_adversarial = self.inputs.clone()
+        self._best_distance = torch.full((n,), float("inf"), device=device)
         with torch.no_grad():
             logits = self.model(self.inputs)
         self.num_classes = logits.shape[1]
+        self._logits_dtype = logits.dtype
         self.clean_correct = logits.argmax(1) == self.labels
-        self.best_distance[self._is_adversarial(logits, torch.arange(n, device=device))] = 0.0
-        # A row closer to original i than half the distance from i to any other original is
-        # certainly nearest to i: this lets the common case (the whole batch, in order) skip
-        # the B×N distance matrix.
-        if n > 1:
-            sep = pairwise_distance(self._flat, self._flat, norm)
-            sep.fill_diagonal_(float("inf"))
-            self._half_separation = sep.amin(1) / 2
-        else:
-            self._half_separation = torch.full((n,), float("inf"), device=device)
-        self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows and owners
-        self._arange = torch.arange(n, device=device)
-        self._max_used = 0  # max over samples of forwards + backwards
+        self._best_distance[self._is_adversarial(logits, self._arange)] = 0.0
+        #: attribution distance (L0 jobs attribute by L1: a count of changed pixels ties too easily)
+        self._attribution_norm = "l1" if norm == "l0" else norm
+        # The anchor: rows of known owners (the originals, then the last query that needed a full
+        # attribution) and, per row, half its distance to everything owned by another sample. A
+        # row closer to anchor row i than that is certainly nearest to i, so the common case —
+        # the whole batch, in order, moving a little — costs one test, not a B×N matrix.
+        self._set_anchor(self._flat, is_origin=True)
+        self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows (a copy) and owners
         refusal = torch.nn.functional.one_hot(self.labels, self.num_classes).float()
         if targeted:
             refusal = refusal - torch.nn.functional.one_hot(self.targets, self.num_classes).float()
         self._refusal = refusal * REFUSAL_SCALE
         self.eval()  # a fresh Module is in training mode; libraries warn about that (foolbox)
 
+    # -- what the harness reads --------------------------------------------------------------
+    @property
+    def forwards(self) -> Tensor:
+        """Forward passes per sample within the budget (N)."""
+        self._flush_counts()
+        return self._forwards
+
+    @property
+    def backwards(self) -> Tensor:
+        """Backward passes per sample within the budget (N)."""
+        self._flush_counts()
+        return self._backwards
+
+    @property
+    def queries(self) -> Tensor:
+        """Forwards + backwards per sample (N)."""
+        return self.forwards + self.backwards
+
+    @property
+    def best_distance(self) -> Tensor:
+        """Distance of the best adversarial per sample (N); inf where none was found."""
+        self._flush()
+        return self._best_distance
+
+    @property
+    def best_adversarial(self) -> Tensor:
+        """The best adversarial per sample (N×C×H×W); the original where none was found."""
+        self._flush()
+        return self._best_adversarial
+
     # -- attribution -----------------------------------------------------------------------
+    def _set_anchor(self, rows: Tensor, *, is_origin: bool = False) -> None:
+        n = len(rows)
+        if n > 1:
+            to_others = pairwise_distance(rows, self._flat, self.norm)
+            to_others.fill_diagonal_(float("inf"))
+            half = to_others.amin(1)
+            if not is_origin:
+                among = pairwise_distance(rows, rows, self.norm)
+                among.fill_diagonal_(float("inf"))
+                half = torch.minimum(half, among.amin(1))
+            half = half / 2
+        else:
+            half = torch.full((n,), float("inf"), device=rows.device)
+        self._anchor, self._anchor_half = rows, half
+        self._anchor_box = None
+        if self._attribution_norm == "linf":  # |row - anchor| < half in every coordinate
+            margin = (half - BOX_MARGIN).clamp(min=0).clamp(max=2.0).unsqueeze(1)  # inf → a box beyond [0, 1]
+            self._anchor_box = (rows - margin, rows + margin)
+
     def attribute(self, rows: Tensor) -> tuple[Tensor, bool, Tensor | None]:
         """Owner (original index) of each flattened row (B×D).
 
-        Returns (B indices, whole batch in order, each row's distance to its own original under
-        the job's norm when that was computed on the way — on the fast path — else None).
+        Returns (B indices, whole batch in order, a private copy of ``rows``: on the fast path,
+        the next deferred slot, written by the test itself).
 
-        A row is given to the nearest original, or to the owner of the nearest row of the
-        previous query when that is closer: an iterate is closer to the previous iterate than to
-        any other original, even after the attack has moved further than half the distance
-        between two originals (large L2/L1 budgets on small inputs).
+        A row within half the anchor separation of anchor row i belongs to i. Any other row is
+        given to the nearest original, or to the owner of the nearest row of the previous query
+        when that is closer: an iterate is closer to the previous iterate than to any other
+        original, even after the attack has moved further than half the distance between two
+        originals (large L2/L1 budgets on small inputs).
         """
         b, n = rows.shape[0], self._flat.shape[0]
-        rows = rows.to(self._flat.dtype)
+        if rows.dtype != self._flat.dtype:
+            rows = rows.to(self._flat.dtype)
         if b == n:
-            own = lp_norm(rows - self._flat, "l1" if self.norm == "l0" else self.norm)
-            ok = own < self._half_separation
-            if bool(ok.all()):  # the common case: the whole batch, in order
-                self._previous = (rows.clone(), self._arange)  # the attack may change its tensor in place
-                return self._arange, True, (own if self.norm != "l0" else None)
+            slot = self._next_slot(rows)
+            if self._anchor_box is not None:
+                # one clamp (into the slot: the copy for free) and one compare; NaN fails it
+                torch.clamp(rows, *self._anchor_box, out=slot)
+                if torch.equal(slot, rows):
+                    return self._arange, True, slot
+                ok = (rows - self._anchor).abs().amax(1) < self._anchor_half
+            else:
+                ok = lp_norm(rows - self._anchor, self._attribution_norm) < self._anchor_half
+                if bool(ok.all()):
+                    return self._arange, True, slot.copy_(rows)
             idx = torch.where(ok, self._arange, -1)
         else:
             idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
@@ -100,11 +179,23 @@ class QueryTracker(nn.Module):
             prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
             owner = torch.where(prev_dist < best, prev_idx[prev_pos], owner)
         idx[unresolved] = owner
+        copy = rows.clone()  # the attack may change its tensor in place
         if b == n and torch.equal(idx, self._arange):  # resolved to the batch in order after all
-            self._previous = (rows.clone(), self._arange)
-            return self._arange, True, (own if self.norm != "l0" else None)
-        self._previous = (rows.clone(), idx)
-        return idx, False, None
+            self._set_anchor(copy, is_origin=False)
+            return self._arange, True, copy
+        return idx, False, copy
+
+    def _next_slot(self, rows: Tensor) -> Tensor:
+        """The buffer slot (N×D) the next deferred query's rows go to."""
+        if not self._row_slots:
+            k, n = self._deferred_limit, len(self._flat)
+            self._row_buffer = torch.empty((k,) + tuple(self._flat.shape), dtype=self._flat.dtype,
+                                           device=self._flat.device)
+            self._logit_buffer = torch.empty(k, n, self.num_classes, dtype=self._logits_dtype,
+                                             device=self._flat.device)
+            self._row_slots = list(self._row_buffer.unbind(0))
+            self._logit_slots = list(self._logit_buffer.unbind(0))
+        return self._row_slots[self._deferred_count]
 
     @staticmethod
     def _rank_within_batch(idx: Tensor) -> Tensor:
@@ -118,10 +209,15 @@ class QueryTracker(nn.Module):
         rank[order] = pos - first[sorted_idx]
         return rank
 
+    # -- counting ------------------------------------------------------------------------------
+    def _flush_counts(self) -> None:
+        for name, tensor in (("forwards", self._forwards), ("backwards", self._backwards)):
+            if self._pending[name]:
+                tensor += self._pending[name]
+                self._pending[name] = 0
+
     def _within_budget(self, idx: Tensor, in_order: bool) -> Tensor:
-        used = self.forwards + self.backwards if in_order else self.forwards[idx] + self.backwards[idx]
-        if not in_order:
-            used = used + self._rank_within_batch(idx)
+        used = self.queries if in_order else self.queries[idx] + self._rank_within_batch(idx)
         return used < self.budget
 
     def _count(self, counter: Tensor, idx: Tensor, allowed: Tensor, in_order: bool, everyone: bool) -> None:
@@ -131,6 +227,24 @@ class QueryTracker(nn.Module):
         counter.index_add_(0, idx[allowed], torch.ones_like(idx[allowed]))
         if not everyone:
             self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
+
+    def _charge(self, counter: str, idx: Tensor, in_order: bool) -> Tensor | bool:
+        """Count one query per row within the budget; True when every row was, else the mask.
+
+        ``_max_used`` (a Python int) lets the common case — the whole batch in order, nobody at
+        the budget — skip every tensor operation: the query waits in ``_pending``.
+        """
+        if in_order and self._max_used < self.budget:
+            self._pending[counter] += 1
+            self._max_used += 1
+            return True
+        self._flush_counts()
+        allowed = self._within_budget(idx, in_order)
+        everyone = bool(allowed.all())
+        self._count(self._forwards if counter == "forwards" else self._backwards, idx, allowed, in_order,
+                    everyone)
+        self._max_used = int(self.queries.max())
+        return True if everyone else allowed
 
     def _is_adversarial(self, logits: Tensor, idx: Tensor) -> Tensor:
         pred = logits.argmax(1)
@@ -143,51 +257,95 @@ class QueryTracker(nn.Module):
         if self.model.training:  # a library that calls train() must not change the model
             self.model.eval()
         rows = x.detach().reshape(x.shape[0], -1)
-        idx, in_order, own = self.attribute(rows)
-        everyone = self._charge(self.forwards, idx, in_order)
+        idx, in_order, copy = self.attribute(rows)
+        everyone = self._charge("forwards", idx, in_order)
         out = self.model(x)
-        if everyone is not True:
-            out = torch.where(everyone.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
-        self._update_best(rows, out.detach(), idx, everyone, in_order, own)
+        if everyone is True and in_order:
+            slot = self._next_slot(rows)
+            if copy is not slot:  # a slow-path query that resolved to the batch in order
+                slot.copy_(copy)
+            self._logit_slots[self._deferred_count].copy_(out.detach())
+            self._deferred_count += 1
+            self._previous = (slot, idx)  # a slot is not written again before the next query
+            if self._deferred_count == self._deferred_limit:
+                self._flush()
+        else:
+            if everyone is not True:
+                out = torch.where(everyone.unsqueeze(1), out, self._refusal[idx].to(out.dtype))
+            if copy is self._next_slot(rows):  # the slot is not taken: the next query rewrites it
+                copy = copy.clone()
+            self._previous = (copy, idx)
+            self._flush()  # earlier queries first: of two equal distances the earlier one is kept
+            self._update_best(copy, out.detach(), idx, everyone)
         if out.requires_grad:
-            out.register_hook(lambda grad, idx=idx, in_order=in_order: self._on_backward(grad, idx, in_order))
+            if everyone is True and in_order and out.grad_fn is not None:
+                # a pre-hook on the output's node: cheaper to register than a tensor hook, and
+                # nothing to mask
+                out.grad_fn.register_prehook(self._on_backward_in_order)
+            elif in_order:
+                out.register_hook(lambda grad: self._on_backward(grad, self._arange, True))
+            else:
+                out.register_hook(lambda grad, idx=idx: self._on_backward(grad, idx, False))
         return out
 
-    def _charge(self, counter: Tensor, idx: Tensor, in_order: bool) -> Tensor | bool:
-        """Count one query per row within the budget; True when every row was, else the mask.
-
-        ``_max_used`` (a Python int) lets the common case — the whole batch in order, nobody at
-        the budget — skip every tensor operation but the increment.
-        """
-        if in_order and self._max_used < self.budget:
-            counter += 1
-            self._max_used += 1
-            return True
-        allowed = self._within_budget(idx, in_order)
-        everyone = bool(allowed.all())
-        self._count(counter, idx, allowed, in_order, everyone)
-        self._max_used = int((self.forwards + self.backwards).max())
-        return True if everyone else allowed
+    def _on_backward_in_order(self, grad_outputs: tuple[Tensor, ...]) -> tuple[Tensor, ...] | None:
+        everyone = self._charge("backwards", self._arange, True)
+        if everyone is True:
+            return None
+        return tuple(g * everyone.unsqueeze(1).to(g.dtype) if g is not None else g for g in grad_outputs)
 
     def _on_backward(self, grad: Tensor, idx: Tensor, in_order: bool) -> Tensor:
-        everyone = self._charge(self.backwards, idx, in_order)
+        everyone = self._charge("backwards", idx, in_order)
         return grad if everyone is True else grad * everyone.unsqueeze(1).to(grad.dtype)
 
-    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool,
-                     in_order: bool = False, own: Tensor | None = None) -> None:
-        if in_order:  # no gathers; and the distances are already known on the fast path
-            pred = logits.argmax(1)
-            candidate = pred == self.targets if self.targeted else pred != self.labels
-            if own is not None:
-                candidate &= own.to(self.best_distance.dtype) < self.best_distance
-        else:
-            candidate = self._is_adversarial(logits, idx)
+    # -- the best adversarial ------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Do the best-adversarial update of the deferred in-order queries, all at once.
+
+        Same result as one query at a time: per sample the smallest valid adversarial row wins,
+        and of equal ones the earliest (``min`` returns the first minimum's index).
+        """
+        k = self._deferred_count
+        if not k:
+            return
+        self._deferred_count = 0
+        rows, logits = self._row_buffer[:k], self._logit_buffer[:k]                  # K×N×D, K×N×classes
+        pred = logits.argmax(2)
+        adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N
+        columns = adversarial.any(0).nonzero().squeeze(1)  # only samples with an adversarial row
+        if not len(columns):
+            return
+        if len(columns) < len(self._flat):
+            rows, logits, adversarial = rows[:, columns], logits[:, columns], adversarial[:, columns]
+        dist = lp_norm((rows - self._flat[columns]).flatten(0, 1), self.norm).view(adversarial.shape)
+        dist = dist.masked_fill_(~adversarial, float("inf"))
+        best = self._best_distance[columns]
+        while True:  # once, unless the nearest row of some sample is not valid
+            nearest, first = dist.min(0)
+            at = (nearest < best).nonzero().squeeze(1)
+            if not len(at):
+                return
+            which = first[at]
+            chosen = rows[which, at]
+            valid = self._valid(chosen, logits[which, at])
+            if bool(valid.all()):
+                break
+            dist[which[~valid], at[~valid]] = float("inf")  # then that sample's next nearest
+        where = columns[at]
+        chosen = chosen.clamp(0, 1)
+        chosen_dist = lp_norm(chosen - self._flat[where], self.norm).to(best.dtype)
+        better = chosen_dist < best[at]  # the clamp moved the row by at most BOX_TOLERANCE
+        self._best_distance[where[better]] = chosen_dist[better]
+        self._best_adversarial.view(len(self._flat), -1)[where[better]] = chosen[better]
+
+    def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool) -> None:
+        """Offer rows (B×D) with their logits (B×K), owned by ``idx`` (B), as best candidates;
+        ``allowed`` masks queries past the budget. Of several rows of one sample the smallest
+        wins, and of equal ones the first."""
+        candidate = self._is_adversarial(logits, idx)
         if allowed is not True:
             candidate &= allowed
         if not bool(candidate.any()):
-            return
-        if in_order:  # one row per sample: no ranking of several candidates needed
-            self._update_best_in_order(rows.to(self._flat.dtype), logits, candidate)
             return
         rows_c, idx_c = rows[candidate].to(self._flat.dtype), idx[candidate]
         valid = self._valid(rows_c, logits[candidate])
@@ -195,33 +353,23 @@ class QueryTracker(nn.Module):
             return
         rows_c, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
         dist = lp_norm(rows_c - self._flat[idx_c], self.norm)
-        better = dist < self.best_distance[idx_c]
+        better = dist < self._best_distance[idx_c]
         if not bool(better.any()):
             return
         rows_c, idx_c, dist = rows_c[better], idx_c[better], dist[better]
-        # several rows of one sample may improve it: keep the smallest
+        # several rows of one sample may improve it: keep the smallest (stable: the first of equals)
         order = torch.argsort(dist, stable=True)
         rows_c, idx_c, dist = rows_c[order], idx_c[order], dist[order]
         keep = self._rank_within_batch(idx_c) == 0
-        self.best_distance[idx_c[keep]] = dist[keep]
-        self.best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
-
-    def _update_best_in_order(self, rows: Tensor, logits: Tensor, candidate: Tensor) -> None:
-        candidate = candidate & self._valid(rows, logits)
-        if not bool(candidate.any()):
-            return
-        rows_c = rows[candidate].clamp(0, 1)
-        dist = lp_norm(rows_c - self._flat[candidate], self.norm)
-        better = dist < self.best_distance[candidate]
-        where = self._arange[candidate][better]
-        self.best_distance[where] = dist[better]
-        self.best_adversarial.view(len(self._flat), -1)[where] = rows_c[better]
+        self._best_distance[idx_c[keep]] = dist[keep]
+        self._best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
 
     @staticmethod
     def _valid(rows: Tensor, logits: Tensor) -> Tensor:
         """Finite, in-box rows with finite logits (the clamp to [0, 1] must not change them)."""
-        return (torch.isfinite(rows).all(1) & torch.isfinite(logits).all(1)
-                & (rows.amin(1) >= -BOX_TOLERANCE) & (rows.amax(1) <= 1 + BOX_TOLERANCE))
+        # amin/amax propagate NaN, which then fails the comparison
+        return ((rows.amin(1) >= -BOX_TOLERANCE) & (rows.amax(1) <= 1 + BOX_TOLERANCE)
+                & torch.isfinite(logits).all(1))
 
     def offer(self, adversarial: Tensor) -> Tensor:
         """Consider the attack's returned batch (N×…) as best candidates, without counting it.
@@ -232,9 +380,6 @@ class QueryTracker(nn.Module):
         rows = adversarial.detach().reshape(len(self._flat), -1).to(self._flat.dtype)
         with torch.no_grad():
             logits = self.model(adversarial.detach().to(self.inputs.dtype))
-        self._update_best(rows, logits, self._arange, True, True)
+        self._flush()
+        self._update_best(rows, logits, self._arange, True)
         return self._is_adversarial(logits, self._arange)
-
-    @property
-    def queries(self) -> Tensor:
-        return self.forwards + self.backwards

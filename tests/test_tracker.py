@@ -125,3 +125,72 @@ def test_adversarial_rows_outside_the_box_are_counted_but_never_best(cnn, subset
         t(x[[i]] + 5.0)
     assert t.forwards.tolist() == [1]
     assert torch.isinf(t.best_distance).all()
+
+
+def _walk(x, steps, seed, scale):
+    """A seeded in-order random walk from ``x`` with some rows out of the box and some NaN."""
+    g = torch.Generator().manual_seed(seed)
+    cur = x.clone()
+    for s in range(steps):
+        cur = (cur + scale * torch.randn(cur.shape, generator=g)).clamp(0, 1)
+        q = cur.clone()
+        if s % 7 == 3:
+            q[0] += 2.0          # outside [0, 1]: counted, never best
+        if s % 11 == 5:
+            q[1, 0, 0, 0] = float("nan")
+        if s % 5 == 0:
+            q = cur.clone()      # a repeat of an earlier point: ties keep the first
+        yield q
+
+
+def test_deferred_best_equals_one_query_at_a_time(cnn, subset8):
+    """The batched best-adversarial update gives exactly what a per-query update gives."""
+    x, y = subset8.inputs, subset8.labels
+    for norm, scale in (("linf", 0.02), ("l2", 0.15), ("l1", 0.15)):
+        eager = QueryTracker(cnn, x, y, norm=norm)
+        eager._deferred_limit = 1  # every query's update done at once
+        batched = QueryTracker(cnn, x, y, norm=norm)
+        assert batched._deferred_limit > 20
+        with torch.no_grad():
+            for q in _walk(x, 60, 0, scale):
+                eager(q)
+                batched(q)
+        assert torch.isfinite(eager.best_distance).any(), norm
+        assert torch.equal(eager.best_distance, batched.best_distance), norm
+        assert torch.equal(eager.best_adversarial, batched.best_adversarial), norm
+        assert torch.equal(eager.queries, batched.queries), norm
+
+
+def test_rows_changed_in_place_after_the_query_do_not_change_the_best(cnn, subset8):
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="linf")
+    other = x.roll(1, 0)
+    q = x.clone()
+    with torch.no_grad():
+        for a in torch.linspace(0, 1, 11):
+            q.copy_(x + a * (other - x))   # one tensor, changed in place between queries
+            t(q)
+        q.fill_(0.5)
+        best = t.best_adversarial
+        found = torch.isfinite(t.best_distance)
+        assert found.any()
+        assert (cnn(best[found]).argmax(1) != y[found]).all()
+        dist = (best - x).flatten(1).abs().amax(1)
+        assert torch.allclose(dist[found], t.best_distance[found], atol=1e-6)
+
+
+def test_iterates_that_travel_far_stay_with_their_sample(cnn, subset8):
+    """Whole-batch steps much larger than half the distance between two digits (the anchor moves
+    with them) are still counted one per sample, and the budget holds."""
+    x, y = subset8.inputs, subset8.labels
+    t = QueryTracker(cnn, x, y, norm="l2", budget=50)
+    sep = torch.cdist(x.flatten(1), x.flatten(1)) + torch.eye(len(x)) * 1e9
+    target = x.roll(3, 0)
+    with torch.no_grad():
+        for a in torch.linspace(0, 0.8, 40):  # each row ends nearer another digit than its own
+            t(x + a * (target - x))
+    end = (x + 0.8 * (target - x)).flatten(1)
+    assert (torch.cdist(end, x.flatten(1)).argmin(1) != torch.arange(8)).all()
+    assert ((end - x.flatten(1)).norm(dim=1) > sep.amin(1) / 2).all()
+    assert t.forwards.tolist() == [40] * 8
+    assert t.refused.sum() == 0
