@@ -20,6 +20,8 @@ from .job import Job, failure_rows
 from .store import logs_dir, write_job
 
 OnDone = Callable[[Job, dict], None]
+#: ``on_progress(worker slot, job, samples done, samples, budget fraction used in the running batch)``
+OnProgress = Callable[[int, Job, int, int, float], None]
 
 
 @dataclass
@@ -117,7 +119,8 @@ class LocalExecutor:
         self.keep_alive = keep_alive  # reuse the child processes across run() calls
         self._pool: list[_Worker] = []
 
-    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone) -> None:
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
         queue = list(jobs)
         pool = self._pool
         pool[:] = [w for w in pool if w.proc.is_alive()]
@@ -132,7 +135,7 @@ class LocalExecutor:
                 for i, w in enumerate(pool):
                     if w.job is None:
                         continue
-                    result = self._poll(w, run_dir)
+                    result = self._poll(w, run_dir, lambda *p, i=i, w=w: on_progress and on_progress(i, w.job, *p))
                     if result is None:
                         continue
                     job, w.job = w.job, None
@@ -146,13 +149,17 @@ class LocalExecutor:
                     w.stop()
                 pool.clear()
 
-    def _poll(self, w: _Worker, run_dir: Path) -> dict | None:
-        """The job's result if it ended (normally or not), else None."""
-        if w.conn.poll():
+    def _poll(self, w: _Worker, run_dir: Path, progress: Callable[..., object]) -> dict | None:
+        """The job's result if it ended (normally or not), else None; progress messages on the
+        way go to ``progress(done, total, budget fraction)``."""
+        while w.conn.poll():
             try:
-                return w.conn.recv()
+                message = w.conn.recv()
             except (EOFError, OSError):
-                pass
+                break
+            if "progress" not in message:
+                return message
+            progress(*message["progress"])
         if not w.proc.is_alive():
             w.proc.join(1)
             cause = f"worker died ({_signal_name(w.proc.exitcode)})"

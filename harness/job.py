@@ -13,6 +13,7 @@ import random
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ from .distance import lp_norm
 from .minimal import minimal_search
 from .schema import ROW_COLUMNS
 from .tracker import BOX_TOLERANCE, QueryTracker
+
+#: ``progress(samples done, samples in the job, fraction of the budget used in the running batch)``
+JobProgress = Callable[[int, int, float], None]
 
 
 
@@ -98,7 +102,8 @@ def is_adversarial(model: nn.Module, x: Tensor, labels: Tensor, targets: Tensor 
 
 
 def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
-                        targets: Tensor | None = None) -> tuple[QueryTracker, object, str]:
+                        targets: Tensor | None = None,
+                        on_progress: Callable[[int], None] | None = None) -> tuple[QueryTracker, object, str]:
     """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
 
     Fixed-ε specs go through the minimal-ε search. An exception becomes the error line; the
@@ -106,7 +111,7 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
     """
     targeted = targets is not None
     tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
-                           targets=targets)
+                           targets=targets, on_progress=on_progress)
     kw = {"targeted": True, "targets": targets} if targeted else {}
     try:
         if spec.kind == "minimal":
@@ -138,8 +143,11 @@ class InvalidOutput(Exception):
 
 
 def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, targets: Tensor | None,
-             log=None) -> pd.DataFrame:
-    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows."""
+             log=None, progress: JobProgress | None = None) -> pd.DataFrame:
+    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows.
+
+    ``progress(samples done, samples, budget fraction used in the current batch)`` is called as
+    the job goes: after each batch, and while one runs."""
     seed_everything(job.seed)
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
@@ -151,9 +159,16 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
     batches = _batches(len(labels), job.batch_size)
     trackers, returned_parts, errors = [], [], []
     for sl in batches:
+        on_queries = None
+        if progress is not None:
+            def on_queries(used: int, done: int = sl.start) -> None:
+                progress(done, len(labels), min(1.0, used / job.budget))
         tracker, returned, error = attack_with_tracker(
             spec, model, inputs[sl], labels[sl], budget=job.budget,
-            targets=tgt[sl] if tgt is not None else None)
+            targets=tgt[sl] if tgt is not None else None, on_progress=on_queries)
+        tracker.on_progress = None  # reading its results later must not report this batch again
+        if progress is not None:
+            progress(sl.stop, len(labels), 0.0)
         if error and log is not None:
             log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
         trackers.append(tracker)

@@ -156,12 +156,47 @@ def run(config: RunConfig) -> RunSummary:
         bar.update(1)
         bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
 
+    sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty())
     try:
-        executor.run(pending, run_dir, on_done)
+        if isinstance(executor, LocalExecutor):
+            executor.run(pending, run_dir, on_done, sample_bars.update)
+        else:  # a Dask task reports only its end
+            executor.run(pending, run_dir, on_done)
     finally:
+        sample_bars.close()
         bar.close()
     return RunSummary(run_dir, len(p.jobs), len(pending), _status_counts(run_dir, p.jobs),
                       time.perf_counter() - start)
+
+
+class SampleBars:
+    """One bar per worker under the job bar: the samples of its running job, and how much of the
+    budget the running batch has used (a long job is otherwise a frozen line)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bars: dict[int, tqdm] = {}
+        self.jobs: dict[int, str] = {}
+
+    def update(self, slot: int, job: Job, done: int, total: int, used: float) -> None:
+        if not self.enabled or job is None:
+            return
+        bar = self.bars.get(slot)
+        if bar is None:
+            bar = self.bars[slot] = tqdm(total=total, position=slot + 1, leave=False, dynamic_ncols=True,
+                                         bar_format="{desc} {bar} {n_fmt}/{total_fmt} samples "
+                                                    "[{elapsed}{postfix}]")
+        if self.jobs.get(slot) != job.job_id:  # a new job on this worker: its own clock
+            self.jobs[slot] = job.job_id
+            bar.reset(total=total)
+        bar.n = done
+        bar.set_description_str(f"  worker {slot + 1}: {job.model} {job.spec_key}", refresh=False)
+        bar.set_postfix_str(f"batch budget {used:.0%}", refresh=False)
+        bar.refresh()
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
 
 
 def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:

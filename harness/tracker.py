@@ -12,6 +12,8 @@ queries at once (``_flush``).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -40,8 +42,12 @@ class QueryTracker(nn.Module):
     """
 
     def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
-                 budget: int = 2000, targeted: bool = False, targets: Tensor | None = None) -> None:
+                 budget: int = 2000, targeted: bool = False, targets: Tensor | None = None,
+                 on_progress: Callable[[int], None] | None = None) -> None:
+        """``on_progress(queries)``: told, every batch of deferred queries, the most queries any
+        sample has used so far (what a progress bar inside a long job shows)."""
         super().__init__()
+        self.on_progress = on_progress
         if targeted and targets is None:
             raise ValueError("a targeted QueryTracker needs targets")
         self.model = model.eval()
@@ -309,6 +315,8 @@ class QueryTracker(nn.Module):
         if not k:
             return
         self._deferred_count = 0
+        if self.on_progress is not None:
+            self.on_progress(self._max_used)
         rows, logits = self._row_buffer[:k], self._logit_buffer[:k]                  # K×N×D, K×N×classes
         pred = logits.argmax(2)
         adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N

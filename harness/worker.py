@@ -7,13 +7,14 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import time
 import traceback
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from .job import Job, failure_rows, job_rows, one_line
+from .job import Job, JobProgress, failure_rows, job_rows, one_line
 from .store import job_path, logs_dir, write_job
 
 
@@ -62,11 +63,11 @@ def job_targets(job: Job, subset, num_classes: int):
     return random_targets(subset.labels, num_classes, job.seed) if job.targeted else None
 
 
-def execute_job(job: Job, run_dir: str | Path) -> dict:
+def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = None) -> dict:
     """Run one job and write ``jobs/<job_id>.parquet``; returns {job_id, status, counts}.
 
     Never raises for an attack's failure: that becomes rows. Raises only when the rows cannot be
-    written at all.
+    written at all. ``progress``: see ``job_rows``.
     """
     run_dir = Path(run_dir)
     log_path = logs_dir(run_dir) / f"{job.job_id}.log"
@@ -82,7 +83,8 @@ def execute_job(job: Job, run_dir: str | Path) -> dict:
                 model = load_job_model(job)
                 with torch.no_grad():
                     num_classes = model(subset.inputs[:1].to(job.device)).shape[1]
-                rows = job_rows(job, spec, version, model, subset, job_targets(job, subset, num_classes), log)
+                rows = job_rows(job, spec, version, model, subset, job_targets(job, subset, num_classes), log,
+                                progress)
             except Exception as exc:  # harness-side failure (model load, ...): still rows, with the cause
                 log.write(traceback.format_exc())
                 rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)
@@ -96,6 +98,24 @@ def _job_status(rows) -> str:
         if status in statuses:
             return status
     return "ok"
+
+
+#: seconds between two progress messages of one job
+PROGRESS_INTERVAL = 0.5
+
+
+def _progress_sender(conn) -> JobProgress:
+    """Progress of the running job to the parent, at most every PROGRESS_INTERVAL seconds (and
+    always at a batch's end), as ``{"progress": (done, total, budget fraction)}``."""
+    last = [time.monotonic()]
+
+    def send(done: int, total: int, used: float) -> None:
+        now = time.monotonic()
+        if used and now - last[0] < PROGRESS_INTERVAL:
+            return
+        last[0] = now
+        conn.send({"progress": (done, total, used)})
+    return send
 
 
 def worker_loop(conn, threads: int) -> None:
@@ -116,7 +136,7 @@ def worker_loop(conn, threads: int) -> None:
         with open(log_path, "w") as err:
             os.dup2(err.fileno(), 2)
             try:
-                result = execute_job(job, run_dir)
+                result = execute_job(job, run_dir, _progress_sender(conn))
             except Exception as exc:
                 result = {"job_id": job.job_id, "status": "error", "error": one_line(exc)}
             finally:

@@ -22,3 +22,28 @@ def test_dask_local_cluster_matches_local_executor(tmp_path):
     # the same seeded config run again gives the same per-sample numbers
     run(resolve(None, {**GRID, "out": str(tmp_path / "again")}))
     pd.testing.assert_frame_equal(rows(tmp_path / "local"), rows(tmp_path / "again"))
+
+
+def test_progress_inside_a_job_reaches_the_parent(tmp_path):
+    """Samples done and the running batch's budget use come from the job, through the worker's
+    pipe, to the runner's per-worker bars."""
+    from attackaudit.executors import LocalExecutor
+    from attackaudit.runner import plan
+    from attackaudit.worker import execute_job
+
+    config = resolve(None, {**GRID, "attacks": ["adv_lib/ddn"], "samples": 6, "batch_size": 2,
+                            "steps_scale": 0.4, "out": str(tmp_path / "p")})
+    (job,) = plan(config).jobs
+    seen = []
+    execute_job(job, tmp_path / "inproc", progress=lambda *p: seen.append(p))
+    done = [d for d, _, _ in seen]
+    assert done == sorted(done) and done[-1] == 6 and {t for _, t, _ in seen} == {6}
+    assert {d for d, _, u in seen if u == 0.0} >= {2, 4, 6}  # every batch's end
+    inside = [u for _, _, u in seen if u > 0]  # the tracker's reports while a batch runs
+    assert inside and all(0 < u <= 1 for u in inside)
+
+    reports = []
+    LocalExecutor(1).run([job], tmp_path / "child", lambda j, r: reports.append(("done", r["status"])),
+                         lambda slot, j, *p: reports.append((slot, j.job_id, *p)))
+    assert reports[-1] == ("done", "ok")
+    assert (0, job.job_id, 6, 6, 0.0) in reports
