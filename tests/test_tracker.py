@@ -194,3 +194,34 @@ def test_iterates_that_travel_far_stay_with_their_sample(cnn, subset8):
     assert ((end - x.flatten(1)).norm(dim=1) > sep.amin(1) / 2).all()
     assert t.forwards.tolist() == [40] * 8
     assert t.refused.sum() == 0
+
+
+class _CountingModel(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.calls = model, 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.model(x)
+
+
+def test_clean_logits_come_from_a_clean_first_query_or_one_extra_forward(cnn):
+    from attackaudit.data import digits
+
+    x, y = digits("test")
+    with torch.no_grad():
+        wrong = cnn(x).argmax(1) != y
+    pick = torch.cat([torch.nonzero(wrong).squeeze(1)[:3], torch.nonzero(~wrong).squeeze(1)[:5]])
+    x, y, wrong = x[pick], y[pick], wrong[pick]
+    for first_query_clean in (True, False):
+        counting = _CountingModel(cnn)
+        t = QueryTracker(counting, x, y, norm="l2")
+        with torch.no_grad():
+            t(x if first_query_clean else x + 0.01)
+            t(x + 0.02)
+        assert counting.calls == 2  # nothing extra while the attack runs
+        assert torch.equal(t.clean_correct, ~wrong)
+        assert counting.calls == (2 if first_query_clean else 3)
+        assert (t.best_distance[wrong] == 0).all()
+        assert torch.equal(t.best_adversarial[wrong], x[wrong])
