@@ -90,8 +90,12 @@ def tracked_call(library: str, model: nn.Module, x, y, steps: int) -> Callable[[
     steps_param = spec.steps_param
     spec = spec.with_params(**{steps_param: steps}) if steps_param else spec
 
+    # the harness computes the clean logits once per model and worker, not once per job
+    with torch.no_grad():
+        clean = model(x)
+
     def call():
-        tracker = QueryTracker(model, x, y, norm=spec.norm, budget=10**9)
+        tracker = QueryTracker(model, x, y, norm=spec.norm, budget=10**9, clean_logits=clean)
         kw = {"eps": eps} if spec.kind == "fixed" else {}
         adv = spec.run(tracker, x.clone(), y, **kw)
         # what the harness reads after every job (this finishes the tracker's deferred work)

@@ -102,8 +102,8 @@ def is_adversarial(model: nn.Module, x: Tensor, labels: Tensor, targets: Tensor 
 
 
 def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
-                        targets: Tensor | None = None,
-                        on_progress: Callable[[int], None] | None = None) -> tuple[QueryTracker, object, str]:
+                        targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
+                        clean_logits: Tensor | None = None) -> tuple[QueryTracker, object, str]:
     """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
 
     Fixed-ε specs go through the minimal-ε search. An exception becomes the error line; the
@@ -111,7 +111,7 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
     """
     targeted = targets is not None
     tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
-                           targets=targets, on_progress=on_progress)
+                           targets=targets, on_progress=on_progress, clean_logits=clean_logits)
     kw = {"targeted": True, "targets": targets} if targeted else {}
     try:
         if spec.kind == "minimal":
@@ -143,11 +143,12 @@ class InvalidOutput(Exception):
 
 
 def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, targets: Tensor | None,
-             log=None, progress: JobProgress | None = None) -> pd.DataFrame:
+             log=None, progress: JobProgress | None = None, clean_logits: Tensor | None = None) -> pd.DataFrame:
     """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows.
 
     ``progress(samples done, samples, budget fraction used in the current batch)`` is called as
-    the job goes: after each batch, and while one runs."""
+    the job goes: after each batch, and while one runs. ``clean_logits`` (N×classes, from
+    ``clean_logits``) spares each batch's tracker its own clean forward."""
     seed_everything(job.seed)
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
@@ -165,7 +166,8 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
                 progress(done, len(labels), min(1.0, used / job.budget))
         tracker, returned, error = attack_with_tracker(
             spec, model, inputs[sl], labels[sl], budget=job.budget,
-            targets=tgt[sl] if tgt is not None else None, on_progress=on_queries)
+            targets=tgt[sl] if tgt is not None else None, on_progress=on_queries,
+            clean_logits=clean_logits[sl].to(device) if clean_logits is not None else None)
         tracker.on_progress = None  # reading its results later must not report this batch again
         if progress is not None:
             progress(sl.stop, len(labels), 0.0)
@@ -242,6 +244,12 @@ def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_v
         "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
         "status": status, "error": error, "wall_s": 0.0,
     })[ROW_COLUMNS]
+
+
+def clean_logits(model: nn.Module, inputs: Tensor, batch_size: int) -> Tensor:
+    """The model's logits on ``inputs`` (N×…), in the job's batches (same batches, same numbers)."""
+    with torch.no_grad():
+        return torch.cat([model(inputs[sl]) for sl in _batches(len(inputs), batch_size)])
 
 
 def _batches(n: int, batch_size: int) -> list[slice]:

@@ -43,9 +43,12 @@ class QueryTracker(nn.Module):
 
     def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
                  budget: int = 2000, targeted: bool = False, targets: Tensor | None = None,
-                 on_progress: Callable[[int], None] | None = None) -> None:
+                 on_progress: Callable[[int], None] | None = None,
+                 clean_logits: Tensor | None = None) -> None:
         """``on_progress(queries)``: told, every batch of deferred queries, the most queries any
-        sample has used so far (what a progress bar inside a long job shows)."""
+        sample has used so far (what a progress bar inside a long job shows).
+        ``clean_logits`` (N×classes): the model's logits on ``inputs``, when the caller has them
+        (the harness computes them once per model, not once per job)."""
         super().__init__()
         self.on_progress = on_progress
         if targeted and targets is None:
@@ -93,6 +96,8 @@ class QueryTracker(nn.Module):
         # the whole batch, in order, moving a little — costs one test, not a B×N matrix.
         self._set_anchor(self._flat, is_origin=True)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows (a copy) and owners
+        if clean_logits is not None:
+            self._set_clean(clean_logits.detach())
         self.eval()  # a fresh Module is in training mode; libraries warn about that (foolbox)
 
     # -- what the harness reads --------------------------------------------------------------

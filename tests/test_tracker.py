@@ -225,3 +225,12 @@ def test_clean_logits_come_from_a_clean_first_query_or_one_extra_forward(cnn):
         assert counting.calls == (2 if first_query_clean else 3)
         assert (t.best_distance[wrong] == 0).all()
         assert torch.equal(t.best_adversarial[wrong], x[wrong])
+    # the harness passes the clean logits it computed once per model: no clean forward at all
+    with torch.no_grad():
+        clean = cnn(x)
+    counting = _CountingModel(cnn)
+    t = QueryTracker(counting, x, y, norm="l2", clean_logits=clean)
+    with torch.no_grad():
+        t(x + 0.01)
+    assert torch.equal(t.clean_correct, ~wrong) and (t.best_distance[wrong] == 0).all()
+    assert counting.calls == 1
