@@ -120,7 +120,11 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
         else:
             def attack(idx: Tensor, x: Tensor, eps):
                 sub_kw = {"targeted": True, "targets": targets[idx]} if targeted else {}
-                adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **sub_kw)
+                tracker.expect(idx)  # the search attacks a subset: tell the tracker which
+                try:
+                    adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **sub_kw)
+                finally:
+                    tracker.expect(None)
                 problem = output_problem(adv, x)
                 if problem:
                     raise InvalidOutput(problem)

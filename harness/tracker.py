@@ -12,6 +12,7 @@ queries at once (``_flush``).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
@@ -96,6 +97,11 @@ class QueryTracker(nn.Module):
         # the whole batch, in order, moving a little — costs one test, not a B×N matrix.
         self._set_anchor(self._flat, is_origin=True)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows (a copy) and owners
+        # the samples the caller says the next queries are of (``expect``), with the anchor rows,
+        # half separations and boxes gathered for them once
+        self._hint: Tensor | None = None
+        self._hint_view: tuple | None = None
+        self._slot_owners: list[Tensor | None] = [None] * self._deferred_limit
         if clean_logits is not None:
             self._set_clean(clean_logits.detach())
         self.eval()  # a fresh Module is in training mode; libraries warn about that (foolbox)
@@ -189,11 +195,37 @@ class QueryTracker(nn.Module):
             margin = (half - BOX_MARGIN).clamp(min=0).clamp(max=2.0).unsqueeze(1)  # inf → a box beyond [0, 1]
             self._anchor_box = (rows - margin, rows + margin)
 
-    def attribute(self, rows: Tensor) -> tuple[Tensor, bool, Tensor | None]:
+    def expect(self, idx: Tensor | None) -> None:
+        """Say which samples (distinct indices, in row order) the next queries are of, or None.
+
+        A hint, not a trust: a batch of that size is checked against those samples' anchor
+        rows exactly as a whole batch is checked against all of them, and resolved the long way
+        when it does not pass. It spares subset queries (the minimal-ε search attacks the
+        samples not yet settled) the B×N distances.
+        """
+        self._hint = None if idx is None else idx.to(self._arange.device)
+        self._hint_view = None
+
+    def _expected(self, b: int) -> tuple[Tensor, str, tuple] | None:
+        """(owners, kind, (anchor rows, half separations, L∞ box)) a batch of ``b`` rows is
+        checked against: the whole batch in order, or the hinted samples."""
+        if b == len(self._flat) and (self._hint is None or len(self._hint) != b):
+            return self._arange, "all", (self._anchor, self._anchor_half, self._anchor_box)
+        if self._hint is None or len(self._hint) != b:
+            return None
+        if self._hint_view is None or self._hint_view[0] is not self._anchor:
+            h = self._hint
+            box = None if self._anchor_box is None else (self._anchor_box[0][h], self._anchor_box[1][h])
+            kind = "all" if torch.equal(h, self._arange) else "distinct"
+            self._hint_view = (self._anchor, kind, (self._anchor[h], self._anchor_half[h], box))
+        return self._hint, self._hint_view[1], self._hint_view[2]
+
+    def attribute(self, rows: Tensor) -> tuple[Tensor, str, Tensor, bool]:
         """Owner (original index) of each flattened row (B×D).
 
-        Returns (B indices, whole batch in order, a private copy of ``rows``: on the fast path,
-        the next deferred slot, written by the test itself).
+        Returns (B indices, kind, a private copy of ``rows``, whether that copy is the next
+        deferred slot, written by the test itself). Kind: "all" (the whole batch in order),
+        "distinct" (the hinted samples, in order), "any" (anything else).
 
         A row within half the anchor separation of anchor row i belongs to i. Any other row is
         given to the nearest original, or to the owner of the nearest row of the previous query
@@ -204,19 +236,23 @@ class QueryTracker(nn.Module):
         b, n = rows.shape[0], self._flat.shape[0]
         if rows.dtype != self._flat.dtype:
             rows = rows.to(self._flat.dtype)
-        if b == n:
+        expected = self._expected(b)
+        if expected is not None:
+            owners, kind, (anchor, half, box) = expected
             slot = self._next_slot(rows)
-            if self._anchor_box is not None:
+            if b != n:
+                slot = slot[:b]
+            if box is not None:
                 # one clamp (into the slot: the copy for free) and one compare; NaN fails it
-                torch.clamp(rows, *self._anchor_box, out=slot)
+                torch.clamp(rows, *box, out=slot)
                 if torch.equal(slot, rows):
-                    return self._arange, True, slot
-                ok = (rows - self._anchor).abs().amax(1) < self._anchor_half
+                    return owners, kind, slot, True
+                ok = (rows - anchor).abs().amax(1) < half
             else:
-                ok = lp_norm(rows - self._anchor, self._attribution_norm) < self._anchor_half
+                ok = lp_norm(rows - anchor, self._attribution_norm) < half
                 if bool(ok.all()):
-                    return self._arange, True, slot.copy_(rows)
-            idx = torch.where(ok, self._arange, -1)
+                    return owners, kind, slot.copy_(rows), True
+            idx = torch.where(ok, owners, -1)
         else:
             idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
         unresolved = idx < 0
@@ -228,10 +264,15 @@ class QueryTracker(nn.Module):
             owner = torch.where(prev_dist < best, prev_idx[prev_pos], owner)
         idx[unresolved] = owner
         copy = rows.clone()  # the attack may change its tensor in place
-        if b == n and torch.equal(idx, self._arange):  # resolved to the batch in order after all
-            self._set_anchor(copy, is_origin=False)
-            return self._arange, True, copy
-        return idx, False, copy
+        if expected is not None and torch.equal(idx, expected[0]):  # resolved as expected after all
+            if kind == "all":
+                self._set_anchor(copy, is_origin=False)
+            else:  # these samples' anchor rows move to where they are now
+                anchor = self._anchor.clone()
+                anchor[idx] = copy
+                self._set_anchor(anchor, is_origin=False)
+            return idx, kind, copy, False
+        return idx, "any", copy, False
 
     def _next_slot(self, rows: Tensor) -> Tensor:
         """The buffer slot (N×D) the next deferred query's rows go to."""
@@ -244,8 +285,8 @@ class QueryTracker(nn.Module):
     def _logit_slot(self, logits: Tensor) -> Tensor:
         """The buffer slot (N×classes) of the next deferred query's logits."""
         if not self._logit_slots:
-            self._logit_buffer = torch.empty((self._deferred_limit,) + tuple(logits.shape), dtype=logits.dtype,
-                                             device=logits.device)
+            self._logit_buffer = torch.empty((self._deferred_limit, len(self._flat)) + tuple(logits.shape[1:]),
+                                             dtype=logits.dtype, device=logits.device)
             self._logit_slots = list(self._logit_buffer.unbind(0))
         return self._logit_slots[self._deferred_count]
 
@@ -280,17 +321,23 @@ class QueryTracker(nn.Module):
         if not everyone:
             self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
 
-    def _charge(self, counter: str, idx: Tensor, in_order: bool) -> Tensor | bool:
+    def _charge(self, counter: str, idx: Tensor, kind: str) -> Tensor | bool:
         """Count one query per row within the budget; True when every row was, else the mask.
 
-        ``_max_used`` (a Python int) lets the common case — the whole batch in order, nobody at
-        the budget — skip every tensor operation: the query waits in ``_pending``.
+        ``_max_used`` (a Python int) lets the common case — one row per sample, nobody at the
+        budget — skip the budget test: a whole batch in order costs no tensor operation at all
+        (the query waits in ``_pending``), a hinted subset one addition.
         """
-        if in_order and self._max_used < self.budget:
-            self._pending[counter] += 1
+        if kind != "any" and self._max_used < self.budget:
+            if kind == "all":
+                self._pending[counter] += 1
+            else:
+                (self._forwards if counter == "forwards" else self._backwards).index_add_(
+                    0, idx, torch.ones_like(idx))
             self._max_used += 1
             return True
         self._flush_counts()
+        in_order = kind == "all"
         allowed = self._within_budget(idx, in_order)
         everyone = bool(allowed.all())
         self._count(self._forwards if counter == "forwards" else self._backwards, idx, allowed, in_order,
@@ -309,51 +356,62 @@ class QueryTracker(nn.Module):
         if self.model.training:  # a library that calls train() must not change the model
             self.model.eval()
         rows = x.detach().reshape(x.shape[0], -1)
-        idx, in_order, copy = self.attribute(rows)
-        everyone = self._charge("forwards", idx, in_order)
+        idx, kind, copy, in_slot = self.attribute(rows)
+        everyone = self._charge("forwards", idx, kind)
         out = self.model(x)
-        if everyone is True and in_order:
-            if self._first_in_order:  # is it the clean batch itself? then no extra clean forward
-                self._first_in_order = False
-                if self._clean_correct is None and torch.equal(copy, self._flat):
-                    self._set_clean(out.detach())
-            slot = self._next_slot(rows)
-            if copy is not slot:  # a slow-path query that resolved to the batch in order
-                slot.copy_(copy)
-            self._logit_slot(out).copy_(out.detach())
-            self._deferred_count += 1
-            self._previous = (slot, idx)  # a slot is not written again before the next query
-            if self._deferred_count == self._deferred_limit:
-                self._flush()
+        if everyone is True and kind != "any":
+            self._defer(idx, kind, copy, in_slot, out)
         else:
             if everyone is not True:
                 out = torch.where(everyone.unsqueeze(1), out, self._refusal_logits(idx, out.dtype))
-            if copy is self._next_slot(rows):  # the slot is not taken: the next query rewrites it
+            if in_slot:  # the slot is not taken: the next query rewrites it
                 copy = copy.clone()
             self._previous = (copy, idx)
             self._flush()  # earlier queries first: of two equal distances the earlier one is kept
             self._update_best(copy, out.detach(), idx, everyone)
         if out.requires_grad:
-            if everyone is True and in_order and out.grad_fn is not None:
-                # a pre-hook on the output's node: cheaper to register than a tensor hook, and
-                # nothing to mask
-                out.grad_fn.register_prehook(self._on_backward_in_order)
-            elif in_order:
-                out.register_hook(lambda grad: self._on_backward(grad, self._arange, True))
+            if everyone is True and kind != "any" and out.grad_fn is not None:
+                # a pre-hook on the output's node: cheaper to register than a tensor hook
+                out.grad_fn.register_prehook(
+                    self._on_backward_in_order if kind == "all" else partial(self._on_backward_known, idx))
             else:
-                out.register_hook(lambda grad, idx=idx: self._on_backward(grad, idx, False))
+                out.register_hook(partial(self._on_backward, idx=idx, kind=kind))
         return out
 
+    def _defer(self, idx: Tensor, kind: str, copy: Tensor, in_slot: bool, out: Tensor) -> None:
+        """Keep an answered query's rows and logits for the next ``_flush``."""
+        k = self._deferred_count
+        if kind == "all":
+            if self._first_in_order:  # is it the clean batch itself? then no extra clean forward
+                self._first_in_order = False
+                if self._clean_correct is None and torch.equal(copy, self._flat):
+                    self._set_clean(out.detach())
+            slot, logit_slot = self._next_slot(copy), self._logit_slot(out)
+            self._slot_owners[k] = None
+        else:
+            slot, logit_slot = self._next_slot(copy)[:len(idx)], self._logit_slot(out)[:len(idx)]
+            self._slot_owners[k] = idx
+        if not in_slot:  # a slow-path query that resolved as expected
+            slot.copy_(copy)
+        logit_slot.copy_(out.detach())
+        self._deferred_count += 1
+        self._previous = (slot, idx)  # a slot is not written again before the next query
+        if self._deferred_count == self._deferred_limit:
+            self._flush()
+
     def _on_backward_in_order(self, grad_outputs: tuple[Tensor, ...]) -> tuple[Tensor, ...] | None:
-        everyone = self._charge("backwards", self._arange, True)
+        return self._on_backward_known(self._arange, grad_outputs)
+
+    def _on_backward_known(self, idx: Tensor, grad_outputs: tuple[Tensor, ...]) -> tuple[Tensor, ...] | None:
+        everyone = self._charge("backwards", idx, "all" if idx is self._arange else "distinct")
         if everyone is True:
             return None
-        n = len(self._flat)
-        return tuple(g * everyone.view((n,) + (1,) * (g.dim() - 1)).to(g.dtype)
-                     if g is not None and g.dim() and g.shape[0] == n else g for g in grad_outputs)
+        b = len(idx)
+        return tuple(g * everyone.view((b,) + (1,) * (g.dim() - 1)).to(g.dtype)
+                     if g is not None and g.dim() and g.shape[0] == b else g for g in grad_outputs)
 
-    def _on_backward(self, grad: Tensor, idx: Tensor, in_order: bool) -> Tensor:
-        everyone = self._charge("backwards", idx, in_order)
+    def _on_backward(self, grad: Tensor, idx: Tensor, kind: str) -> Tensor:
+        everyone = self._charge("backwards", idx, kind)
         return grad if everyone is True else grad * everyone.unsqueeze(1).to(grad.dtype)
 
     # -- the best adversarial ------------------------------------------------------------------
@@ -370,6 +428,9 @@ class QueryTracker(nn.Module):
         if self.on_progress is not None:
             self.on_progress(self._max_used)
         rows, logits = self._row_buffer[:k], self._logit_buffer[:k]                  # K×N×D, K×N×classes
+        if any(owners is not None for owners in self._slot_owners[:k]):
+            self._flush_mixed(rows, logits)
+            return
         pred = logits.argmax(2)
         adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N
         columns = adversarial.any(0).nonzero().squeeze(1)  # only samples with an adversarial row
@@ -397,6 +458,20 @@ class QueryTracker(nn.Module):
         better = chosen_dist < best[at]  # the clamp moved the row by at most BOX_TOLERANCE
         self._best_distance[where[better]] = chosen_dist[better]
         self._best_adversarial.view(len(self._flat), -1)[where[better]] = chosen[better]
+
+    def _flush_mixed(self, rows: Tensor, logits: Tensor) -> None:
+        """``_flush`` when some deferred queries were of hinted subsets (their rows fill the
+        first places of their slots): the general update over the rows that are there."""
+        k, n = len(rows), len(self._flat)
+        owner = self._arange.repeat(k, 1)
+        for s, owners in enumerate(self._slot_owners[:k]):
+            if owners is not None:
+                owner[s, :len(owners)] = owners
+                owner[s, len(owners):] = -1
+            self._slot_owners[s] = None
+        owner = owner.flatten()
+        present = owner >= 0
+        self._update_best(rows.flatten(0, 1)[present], logits.flatten(0, 1)[present], owner[present], True)
 
     def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool) -> None:
         """Offer rows (B×D) with their logits (B×K), owned by ``idx`` (B), as best candidates;

@@ -234,3 +234,31 @@ def test_clean_logits_come_from_a_clean_first_query_or_one_extra_forward(cnn):
         t(x + 0.01)
     assert torch.equal(t.clean_correct, ~wrong) and (t.best_distance[wrong] == 0).all()
     assert counting.calls == 1
+
+
+def test_a_subset_hint_is_checked_not_trusted(cnn, subset8):
+    """With ``expect(idx)`` subset queries skip the B×N distances; the result is the same as
+    without the hint, and a wrong hint is caught by the containment test."""
+    x, y = subset8.inputs, subset8.labels
+    sub = torch.tensor([1, 4, 6])
+    runs = []
+    for hint in (None, sub, torch.tensor([0, 2, 3])):  # no hint, the right one, a wrong one
+        t = QueryTracker(cnn, x, y, norm="linf")
+        t.expect(hint)
+        g = torch.Generator().manual_seed(0)
+        walk = x[sub].clone()
+        with torch.no_grad():
+            for _ in range(40):  # a walk: at first within the anchors' boxes, later beyond them
+                walk = (walk + 0.04 * torch.randn(walk.shape, generator=g)).clamp(0, 1)
+                t(walk)
+        xs = x[sub].clone().requires_grad_(True)
+        t(xs).sum().backward()
+        t.expect(None)
+        runs.append(t)
+    expected = torch.zeros(8, dtype=torch.long)
+    expected[sub] = 41
+    for t in runs:
+        assert torch.equal(t.forwards, expected) and t.backwards.tolist() == [0, 1, 0, 0, 1, 0, 1, 0]
+        assert torch.equal(t.best_distance, runs[0].best_distance)
+        assert torch.equal(t.best_adversarial, runs[0].best_adversarial)
+    assert torch.isfinite(runs[0].best_distance[sub]).any()
