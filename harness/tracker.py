@@ -208,17 +208,27 @@ class QueryTracker(nn.Module):
 
     def _expected(self, b: int) -> tuple[Tensor, str, tuple] | None:
         """(owners, kind, (anchor rows, half separations, L∞ box)) a batch of ``b`` rows is
-        checked against: the whole batch in order, or the hinted samples."""
-        if b == len(self._flat) and (self._hint is None or len(self._hint) != b):
+        checked against: the hinted samples, the whole batch in order, or the previous query's
+        samples (libraries that go through the samples one or a few at a time)."""
+        n = len(self._flat)
+        if self._hint is not None and len(self._hint) == b:
+            owners = self._hint
+        elif b == n:
             return self._arange, "all", (self._anchor, self._anchor_half, self._anchor_box)
-        if self._hint is None or len(self._hint) != b:
+        elif self._previous is not None and len(self._previous[1]) == b:
+            owners = self._previous[1]
+        else:
             return None
-        if self._hint_view is None or self._hint_view[0] is not self._anchor:
-            h = self._hint
-            box = None if self._anchor_box is None else (self._anchor_box[0][h], self._anchor_box[1][h])
-            kind = "all" if torch.equal(h, self._arange) else "distinct"
-            self._hint_view = (self._anchor, kind, (self._anchor[h], self._anchor_half[h], box))
-        return self._hint, self._hint_view[1], self._hint_view[2]
+        view = self._hint_view
+        if view is None or view[0] is not owners or view[1] is not self._anchor:
+            if len(torch.unique(owners)) != b:  # one row per sample, or the budget test is wrong
+                kind = "any"
+            else:
+                kind = "all" if b == n and torch.equal(owners, self._arange) else "distinct"
+            box = None if self._anchor_box is None else (self._anchor_box[0][owners], self._anchor_box[1][owners])
+            view = self._hint_view = (owners, self._anchor, kind,
+                                      (self._anchor[owners], self._anchor_half[owners], box))
+        return None if view[2] == "any" else (owners, view[2], view[3])
 
     def attribute(self, rows: Tensor) -> tuple[Tensor, str, Tensor, bool]:
         """Owner (original index) of each flattened row (B×D).
