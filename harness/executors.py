@@ -204,7 +204,10 @@ class DaskExecutor:
         self.workers = max(1, workers)
         self.limits = limits or Limits()
 
-    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone) -> None:
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        """``on_progress`` is accepted for the executors' common signature and never called: a
+        Dask task reports only its end."""
         from distributed import Client, LocalCluster, as_completed
 
         jobs = list(jobs)

@@ -158,10 +158,7 @@ def run(config: RunConfig) -> RunSummary:
 
     sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty())
     try:
-        if isinstance(executor, LocalExecutor):
-            executor.run(pending, run_dir, on_done, sample_bars.update)
-        else:  # a Dask task reports only its end
-            executor.run(pending, run_dir, on_done)
+        executor.run(pending, run_dir, on_done, sample_bars.update)
     finally:
         sample_bars.close()
         bar.close()

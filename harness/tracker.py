@@ -249,7 +249,7 @@ class QueryTracker(nn.Module):
         expected = self._expected(b)
         if expected is not None:
             owners, kind, (anchor, half, box) = expected
-            slot = self._next_slot(rows)
+            slot = self._next_slot()
             if b != n:
                 slot = slot[:b]
             if box is not None:
@@ -284,7 +284,7 @@ class QueryTracker(nn.Module):
             return idx, kind, copy, False
         return idx, "any", copy, False
 
-    def _next_slot(self, rows: Tensor) -> Tensor:
+    def _next_slot(self) -> Tensor:
         """The buffer slot (N×D) the next deferred query's rows go to."""
         if not self._row_slots:
             self._row_buffer = torch.empty((self._deferred_limit,) + tuple(self._flat.shape),
@@ -396,10 +396,10 @@ class QueryTracker(nn.Module):
                 self._first_in_order = False
                 if self._clean_correct is None and torch.equal(copy, self._flat):
                     self._set_clean(out.detach())
-            slot, logit_slot = self._next_slot(copy), self._logit_slot(out)
+            slot, logit_slot = self._next_slot(), self._logit_slot(out)
             self._slot_owners[k] = None
         else:
-            slot, logit_slot = self._next_slot(copy)[:len(idx)], self._logit_slot(out)[:len(idx)]
+            slot, logit_slot = self._next_slot()[:len(idx)], self._logit_slot(out)[:len(idx)]
             self._slot_owners[k] = idx
         if not in_slot:  # a slow-path query that resolved as expected
             slot.copy_(copy)
