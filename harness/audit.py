@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from .audit_env import Env, installed_version, prepare_env
+from .audit_env import AuditEnvError, Env, installed_version, prepare_env, resolution_phrase
 
 _RELEASE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
 
@@ -171,10 +171,173 @@ def _table(side: Side, columns):
     return table
 
 
+def _side(version: str, installed: str, dist: str, library: str, out: Path, echo) -> Side:
+    """A release's side of the audit: its environment prepared (the installed release runs here, as it is)."""
+    env = None
+    if version != installed:
+        env = prepare_env(dist, version, library)
+        echo(env.line())
+        for warning in env.warnings:
+            echo(f"attackaudit: warning: {warning}")
+    return Side(version, env, out / f"{library}-{version}")
+
+
+def _compare(a: Side, b: Side, *, alpha: float, min_delta: float):
+    """``fidelity.diff`` of two finished sides and the subset hash both attacked."""
+    from attackaudit import fidelity
+
+    from .schema import ROW_COLUMNS
+
+    table_a, table_b = _table(a, ROW_COLUMNS), _table(b, ROW_COLUMNS)
+    hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
+    if len(hashes) > 1:
+        raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
+    diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta,
+                         flags_a=flags_in_joint_context(table_a, table_b),
+                         flags_b=flags_in_joint_context(table_b, table_a))
+    return diff, next(iter(hashes), "")
+
+
+def side_doc(side: Side) -> dict:
+    """audit.json's account of one release: where it ran and what its environment had to resolve."""
+    env = side.env
+    return {"version": side.version, "run_dir": str(side.run_dir), "installed": env is None,
+            "no_matching_attack": side.empty,
+            "environment": None if env is None else {
+                "path": env.path, "python": env.python, "reused": env.reused, "key": env.key,
+                "prepare_s": round(env.prepare_s, 3), "added_requirements": env.added_requirements,
+                "resolved": env.resolved, "warnings": env.warnings}}
+
+
+def environment_lines(sides: list[Side]) -> list[str]:
+    """One line per release: what its environment had to resolve beside the release, and why."""
+    out = []
+    for s in sides:
+        if s.env is None:
+            out.append(f"{s.version}: the installed release, in the project's environment")
+        elif s.env.resolved:
+            out.append(f"{s.version}: {'; '.join(resolution_phrase(r) for r in s.env.resolved)}")
+        else:
+            out.append(f"{s.version}: the release alone; the project's environment satisfies all its requirements")
+    return out
+
+
+# -- bisect -------------------------------------------------------------------------------------
+def index_releases(dist: str, first: str, last: str) -> list[str]:
+    """The releases of ``dist`` from ``first`` to ``last`` (inclusive, ascending) that the package
+    index offers for this Python (``pip index versions``); pre-releases only as endpoints."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "index",
+                           "versions", dist], capture_output=True, text=True)
+    listed = next((ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")),
+                  None)
+    if listed is None:
+        raise ValueError(f"cannot list the releases of {dist} on the package index "
+                         f"({(proc.stderr.strip().splitlines() or ['no output'])[-1]})")
+    lo, hi = _version_key(first), _version_key(last)
+    found = {v.strip() for v in listed.split(",") if v.strip()}
+    for end in (first, last):
+        if end not in found:
+            raise ValueError(f"{dist}=={end} is not on the package index for this Python; "
+                             f"`pip index versions {dist}` lists what is")
+    keep = [v for v in found if lo <= _version_key(v) <= hi
+            and (v in (first, last) or not getattr(_version_key(v)[1], "is_prerelease", False))]
+    return sorted(keep, key=_version_key)
+
+
+def _measures(diff, side: str) -> dict[tuple[str, str], dict]:
+    return {(r["implementation"], r["norm"]): {"optimality": r[f"optimality_{side}"], "asr": r[f"asr_{side}"],
+                                               "verdict": r["verdict"]}
+            for _, r in diff.iterrows()}
+
+
+def bisect(releases: list[str], changed: dict[tuple[str, str], str], measure, echo) -> tuple[list[dict], dict]:
+    """First release at which each changed implementation's verdict (against ``releases[0]``)
+    becomes its verdict at ``releases[-1]``.
+
+    ``measure(version)`` runs the grid on a release and returns {(implementation, norm): {
+    optimality, asr, verdict}} against the first release, or raises AuditEnvError when the release
+    cannot be prepared (it is then skipped, as ``git bisect skip``). Assumes one change per
+    implementation in the range; the evidence of every tested release is returned, so a history
+    that changed back and forth shows. Returns (one record per change, {version: evidence or error}).
+    """
+    evidence: dict[str, dict] = {}
+
+    def verdict_at(i: int, key) -> str | None:
+        version = releases[i]
+        if version not in evidence:
+            try:
+                evidence[version] = measure(version)
+            except AuditEnvError as exc:
+                echo(f"attackaudit: warning: bisect skips {version}: {exc}")
+                evidence[version] = {"error": str(exc)}
+        found = evidence[version]
+        return None if "error" in found else found.get(key, {}).get("verdict", "unchanged")
+
+    changes = []
+    for key, verdict in sorted(changed.items()):
+        lo, hi, skipped = 0, len(releases) - 1, []
+        while hi - lo > 1:
+            open_ = [i for i in range(lo + 1, hi) if releases[i] not in skipped]
+            if not open_:
+                break
+            mid = min(open_, key=lambda i: abs(i - (lo + hi) / 2))
+            got = verdict_at(mid, key)
+            if got is None:
+                skipped.append(releases[mid])
+            elif got == verdict:
+                hi = mid
+            else:
+                lo = mid
+        changes.append({"implementation": key[0], "norm": key[1], "verdict": verdict,
+                        "first_release": releases[hi], "last_release_before": releases[lo],
+                        "untestable_between": releases[lo + 1:hi]})
+    return changes, evidence
+
+
+def bisect_lines(changes: list[dict], dist: str, n_releases: int, n_tested: int) -> list[str]:
+    out = []
+    for c in changes:
+        between = f"; {', '.join(c['untestable_between'])} could not be tested" if c["untestable_between"] else ""
+        out.append(f"{c['implementation']} [{c['norm']}]: {c['verdict']} first in {dist} {c['first_release']} "
+                   f"(last release before it: {c['last_release_before']}{between})")
+    out.append(f"bisect: {n_tested} of {n_releases} releases tested")
+    return out
+
+
+def _report_sections(env_lines: list[str], bisect_doc: dict | None, dist: str) -> tuple[str, str]:
+    """Markdown and HTML of the audit's own sections: environments, and the bisect evidence."""
+    from html import escape
+
+    md = ["", "## Release environments", ""] + [f"- {ln}" for ln in env_lines]
+    html = ["<h2>Release environments</h2><ul>"] + [f"<li>{escape(ln)}</li>" for ln in env_lines] + ["</ul>"]
+    if bisect_doc:
+        md += ["", f"## Bisect over {len(bisect_doc['releases'])} releases of {dist}", ""]
+        md += [f"- {ln}" for ln in bisect_doc["lines"]]
+        md += ["", "| release | implementation | norm | ξ | ASR | verdict vs first |", "|---|---|---|---|---|---|"]
+        html += [f"<h2>Bisect over {len(bisect_doc['releases'])} releases of {escape(dist)}</h2><ul>"]
+        html += [f"<li>{escape(ln)}</li>" for ln in bisect_doc["lines"]] + ["</ul><table><tr><th>release</th>"
+                 "<th>implementation</th><th>norm</th><th>ξ</th><th>ASR</th><th>verdict vs first</th></tr>"]
+        for t in bisect_doc["tested"]:
+            if t.get("error"):
+                md.append(f"| {t['version']} | — | — | — | — | not testable: {t['error']} |")
+                html.append(f"<tr><td>{escape(t['version'])}</td><td colspan=5>not testable: "
+                            f"{escape(t['error'])}</td></tr>")
+            for r in t.get("implementations", []):
+                xi, asr = (f"{v:.3f}" if isinstance(v, float) else "—" for v in (r["optimality"], r["asr"]))
+                cells = [t["version"], r["implementation"], r["norm"], xi, asr, r["verdict"]]
+                md.append("| " + " | ".join(cells) + " |")
+                html.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+        html.append("</table>")
+    return "\n".join(md) + "\n", "\n".join(html)
+
+
 def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.01, min_delta: float = 0.02,
-          echo=print) -> dict:
+          bisect_range: bool = False, echo=print) -> dict:
     """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
-    release that cannot be installed."""
+    release that cannot be installed. ``bisect_range``: also find, over the releases between the
+    two on the package index, the first at which each changed implementation's verdict changed."""
     from attackaudit import fidelity
     from attackaudit.reports.html import render_compare_html
     from attackaudit.reports.markdown import render_compare_markdown
@@ -183,6 +346,8 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
 
     library, dist, versions = parse_releases(releases)
     installed = installed_version(dist)
+    if bisect_range and len(versions) != 2:
+        raise ValueError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
     if len(versions) == 1:
         if versions[0] == installed:
             raise ValueError(f"{dist}=={installed} is the installed release; name another one, or two releases")
@@ -192,58 +357,77 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     out = Path(out)
     # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
     base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
-    sides = []
-    for version in versions:
-        env = None
-        if version != installed:  # the installed release runs here, as it is
-            env = prepare_env(dist, version, library)
-            echo(env.line())
-            for warning in env.warnings:
-                echo(f"attackaudit: warning: {warning}")
-        sides.append(Side(version, env, out / f"{library}-{version}"))
+    if bisect_range:
+        versions = sorted(versions, key=_version_key)
+        between = index_releases(dist, *versions)  # before any install: a typo fails fast
+    sides = [_side(version, installed, dist, library, out, echo) for version in versions]
     for side in sides:
         _run_side(side, base, library, echo)
     if all(s.empty for s in sides):
         raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    from .schema import ROW_COLUMNS
-
-    table_a, table_b = (_table(s, ROW_COLUMNS) for s in sides)
-    hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
-    if len(hashes) > 1:
-        raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
-    diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta,
-                         flags_a=flags_in_joint_context(table_a, table_b),
-                         flags_b=flags_in_joint_context(table_b, table_a))
+    diff, subset_hash = _compare(*sides, alpha=alpha, min_delta=min_delta)
     out.mkdir(parents=True, exist_ok=True)
     diff.to_csv(out / "diff.csv", index=False)
     counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
 
-    def side_doc(side: Side) -> dict:
-        env = side.env
-        return {"version": side.version, "run_dir": str(side.run_dir), "installed": env is None,
-                "no_matching_attack": side.empty,
-                "environment": None if env is None else {
-                    "path": env.path, "python": env.python, "reused": env.reused,
-                    "prepare_s": round(env.prepare_s, 3), "added_requirements": env.added_requirements,
-                    "warnings": env.warnings}}
+    bisect_doc = None
+    if bisect_range:
+        tested_sides = {s.version: s for s in sides}
 
+        def measure(version: str) -> dict:
+            side = _side(version, installed, dist, library, out, echo)
+            _run_side(side, base, library, echo)
+            tested_sides[version] = side
+            return _measures(_compare(sides[0], side, alpha=alpha, min_delta=min_delta)[0], "b")
+
+        changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
+                   if r["verdict"] != "unchanged"}
+        changes, evidence = bisect(between, changed, measure, echo)
+        first = {k: {**v, "verdict": "first release"} for k, v in _measures(diff, "a").items()}
+        evidence = {versions[0]: first, **evidence, versions[1]: _measures(diff, "b")}
+        tested = []
+        for version in sorted(evidence, key=_version_key):
+            found = evidence[version]
+            side = tested_sides.get(version)
+            entry = {"version": version, **(side_doc(side) if side else {})}
+            if "error" in found:
+                entry["error"] = found["error"]
+            else:
+                entry["implementations"] = [{"implementation": k[0], "norm": k[1], **v}
+                                            for k, v in sorted(found.items())]
+            tested.append(entry)
+        bisect_doc = {"releases": between, "changes": changes, "tested": tested,
+                      "evidence": "ξ and ASR of each tested release against the joint envelope of the first "
+                                  "release and that release, as its verdict against the first uses them",
+                      "lines": bisect_lines(changes, dist, len(between), len(evidence))}
+
+    env_lines = environment_lines(sorted(tested_sides.values(), key=lambda s: _version_key(s.version))
+                                  if bisect_range else sides)
     doc = _clean({
         "library": library, "distribution": dist,
         "before": side_doc(sides[0]), "after": side_doc(sides[1]),
+        "environments": env_lines,
         "grid": {"models": base.models, "dataset": base.dataset, "families": base.families, "norms": base.norms,
                  "attacks": base.attacks, "samples": base.samples, "budget": base.budget, "seed": base.seed,
-                 "steps_scale": base.steps_scale, "targeted": base.targeted, "subset_hash": next(iter(hashes), "")},
+                 "steps_scale": base.steps_scale, "targeted": base.targeted, "subset_hash": subset_hash},
         "rule": fidelity.VERDICT_RULE, "alpha": alpha, "min_delta": min_delta, "counts": counts,
         "implementations": implementation_records(diff),
+        **({"bisect": bisect_doc} if bisect_doc else {}),
     })
     (out / "audit.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     label_a = f"{dist} {sides[0].label} ({sides[0].run_dir})"
     label_b = f"{dist} {sides[1].label} ({sides[1].run_dir})"
-    (out / "audit.md").write_text(render_compare_markdown(diff, label_a, label_b), encoding="utf-8")
-    (out / "audit.html").write_text(render_compare_html(diff, label_a, label_b), encoding="utf-8")
+    extra_md, extra_html = _report_sections(env_lines, doc.get("bisect"), dist)
+    (out / "audit.md").write_text(render_compare_markdown(diff, label_a, label_b) + extra_md, encoding="utf-8")
+    page = render_compare_html(diff, label_a, label_b)
+    at = page.rfind("</body>")
+    page = page[:at] + extra_html + page[at:] if at >= 0 else page + extra_html
+    (out / "audit.html").write_text(page, encoding="utf-8")
     for record in doc["implementations"]:
         echo(record["line"])
+    for line in (bisect_doc or {}).get("lines", []):
+        echo(line)
     echo(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "
          f"audit: {out / 'audit.json'}; report: {out / 'audit.html'}")
     return doc
@@ -275,6 +459,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="smallest optimality change that counts")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
+    p.add_argument("--bisect", action="store_true",
+                   help="also bisect the releases between the two on the package index: the first release at "
+                        "which each changed implementation's verdict changed, with each tested release's ξ and ASR")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -282,5 +469,5 @@ def main(args: argparse.Namespace) -> int:
     flags["targeted"] = True if args.targeted else None
     flags["quiet"] = True if args.quiet else None
     doc = audit(args.releases, args.out, flags, alpha=args.alpha, min_delta=args.min_delta,
-                echo=lambda line: print(line, file=sys.stdout))
+                bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout))
     return 1 if args.strict and doc["counts"].get("regressed") else 0
