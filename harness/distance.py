@@ -31,4 +31,21 @@ def pairwise_distance(rows: Tensor, originals: Tensor, norm: str) -> Tensor:
     L0 uses L1 for attribution: a count of changed coordinates ties too easily under float noise.
     """
     p = 1.0 if norm == "l0" else TORCH_P[norm]
-    return torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p).squeeze(0)
+    # no matrix-product shortcut for L2: its rounding depends on the batch sizes, and the
+    # attribution rule needs a row's distance to be the same whatever else is in the batch
+    return torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p,
+                       compute_mode="donot_use_mm_for_euclid_dist").squeeze(0)
+
+
+def finite_pairwise_distance(rows: Tensor, points: Tensor, norm: str) -> Tensor:
+    """``pairwise_distance`` (B×K) with each row's NaN/±inf coordinates left out, and NaN
+    distances (a NaN among ``points``) counted as inf: the attribution distance of the
+    QueryTracker's rule. An all-NaN row is at distance 0 from every point."""
+    finite = torch.isfinite(rows)
+    clean = bool(finite.all())
+    dist = pairwise_distance(rows if clean else rows.nan_to_num(0.0, 0.0, 0.0), points, norm)
+    if not clean:
+        bad = (~finite.all(1)).nonzero().squeeze(1)
+        delta = (rows[bad].unsqueeze(1) - points.unsqueeze(0)).masked_fill(~finite[bad].unsqueeze(1), 0.0)
+        dist[bad] = lp_norm(delta.flatten(0, 1), "l1" if norm == "l0" else norm).view(len(bad), len(points))
+    return dist.masked_fill(torch.isnan(dist), float("inf"))

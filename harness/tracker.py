@@ -1,14 +1,57 @@
 """QueryTracker: the one model wrapper every adapter calls.
 
 It counts forwards and backwards per original sample, caps them at one budget, and keeps the
-best (smallest) adversarial seen within that budget. Rows are attributed to the nearest original
-(under the job's norm), so attacks that subset, reorder or repeat the batch are counted right.
+best (smallest) adversarials seen within that budget.
+
+The attribution rule
+--------------------
+This is the one definition; ``tests/reference_ledger.py`` follows it one query at a time and the
+fast paths below must agree with it exactly (``tests/test_reference_ledger.py``).
+
+Distances are ``distance.pairwise_distance`` / ``distance.lp_norm`` under the *attribution norm*
+(the job's norm; L1 for L0 jobs, where a count of changed pixels ties too easily). A coordinate of
+a row that is NaN or ±inf is left out of that row's distances (``distance.finite_pairwise_distance``)
+and a distance that still comes out NaN counts as infinite.
+
+State: the *anchor*, one row per sample (at first the originals), with each anchor row's *reach*:
+half its distance to the nearest original or anchor row of any other sample (∞ when N = 1); and
+the *previous query*: the rows and owners of the last non-empty query.
+
+Each forward call of B rows, in call order:
+
+1. B = 0: nobody is charged and nothing changes.
+2. Expected owners E (B samples): those named by ``expect(idx)`` when B = len(idx); else 0…N−1
+   when B = N; else the previous query's owners when it had B rows; else there is no E. An E that
+   names a sample twice is no E.
+3. A row p within reach of anchor row E[p] belongs to E[p]. Within reach: L1/L2 distance below the
+   reach; L∞: ``a − m ≤ row ≤ a + m`` in every coordinate, with m = clamp(reach − BOX_MARGIN, 0, 2)
+   (float32), so that rounding ``a ± m`` cannot contain a row that is not nearest.
+4. Every other row belongs to the owner of its nearest *known point*: the N originals and the
+   previous query's rows. Ties (equal smallest distance, different owners): E[p] when it is one of
+   them; else the tied owner with the fewest queries so far (forwards + backwards + refused, earlier
+   rows of this call included); else the lowest index. So a whole batch in order keeps its
+   positions even when two originals are identical, an all-NaN row (distance 0 to everything)
+   stays with its position, and a library that goes one sample at a time charges a duplicate's
+   queries to the twin that has had none.
+5. When some row needed step 4, every row is finite and the owners are exactly E, the anchor rows
+   of E's samples become this call's rows and every reach is recomputed.
+6. Charging, row by row in order: a row whose owner has used fewer than ``budget`` forwards +
+   backwards is one forward of it; otherwise it is refused: its logits are replaced by the refusal
+   answer and it adds one to ``refused``. A backward through the call is charged row by row the
+   same way (one backward, or refused with a zero gradient).
+7. Best candidates: a forward row within the budget whose logits are finite and adversarial and
+   whose coordinates all lie in [−BOX_TOLERANCE, 1 + BOX_TOLERANCE]. Its point is the row clamped
+   to [0, 1], its distance (job norm) that point's. Per sample the tracker keeps the KEEP_BESTS
+   candidates of smallest distance, the earliest of equal ones; order: the clean input (distance 0,
+   when it is adversarial) first, then rows in call order and row order, then the returned batch
+   (``offer``). ``recheck`` (end of job) evaluates the kept points on the unwrapped model, uncounted:
+   a best that is not adversarial there is dropped for the next kept one that is, or for nothing.
 
 On a small model (the digits CNN) every tensor operation of the tracker costs a visible fraction
 of a forward pass, so the common query — the whole batch, in order, near where the last one was —
-takes a path of a handful of operations: one containment test for the attribution, a counter in
-Python, and copies of the rows and logits whose best-adversarial bookkeeping is done for many
-queries at once (``_flush``).
+takes a path of a handful of operations: one containment test (step 3), a counter in Python, and
+copies of the rows and logits whose best-candidate bookkeeping is done for many queries at once
+(``_flush``).
 """
 from __future__ import annotations
 
@@ -18,7 +61,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .distance import lp_norm, pairwise_distance
+from .distance import finite_pairwise_distance, lp_norm, pairwise_distance
 
 #: an input coordinate outside [0, 1] by more than this makes a row ineligible as "best"
 BOX_TOLERANCE = 1e-5
@@ -31,6 +74,8 @@ DEFERRED_QUERIES = 128
 #: the containment box of an L∞ anchor is this much smaller than the half separation, so that
 #: rounding ``anchor ± half`` in float32 cannot make it contain a row that is not nearest
 BOX_MARGIN = 1e-6
+#: best candidates kept per sample: the best, and the ones ``recheck`` falls back on
+KEEP_BESTS = 3
 
 
 class QueryTracker(nn.Module):
@@ -39,7 +84,8 @@ class QueryTracker(nn.Module):
     Attributes after the attack (all length N, on ``inputs.device``):
     ``forwards``, ``backwards`` (queries within the budget), ``refused`` (queries past it),
     ``best_adversarial`` (N×C×H×W), ``best_distance`` (inf where none was found, 0 where the
-    clean input already is adversarial), ``clean_correct``.
+    clean input already is adversarial), ``clean_correct``. The attribution rule is in the module
+    docstring.
     """
 
     def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
@@ -72,29 +118,30 @@ class QueryTracker(nn.Module):
         self._pending = {"forwards": 0, "backwards": 0}
         self._max_used = 0  # max over samples of forwards + backwards, pending included
         self.refused = torch.zeros(n, dtype=torch.long, device=device)
-        # rows and logits of in-order queries whose best-adversarial update is still to be done:
-        # slots of a buffer allocated on first use, written in place (no allocation per query)
+        # rows and logits of in-order queries whose best-candidate update is still to be done:
+        # slots of a buffer allocated on first use, written in place (no allocation per query).
+        # One slot more than a window holds: the previous query's rows move there when the window
+        # is processed, so the next query's rows never overwrite them before step 4 reads them.
         row_bytes = max(1, self._flat.numel() * self._flat.element_size())
         self._deferred_limit = max(1, min(DEFERRED_QUERIES, DEFERRED_BYTES // row_bytes))
         self._deferred_count = 0
         self._row_slots: list[Tensor] = []
         self._logit_slots: list[Tensor] = []
-        self._best_adversarial = self.inputs.clone()
-        self._best_distance = torch.full((n,), float("inf"), device=device)
+        self._previous_in_slot = False
+        # the kept best candidates, N×KEEP_BESTS (smallest first); empty places hold the original
+        self._kept = self._flat.unsqueeze(1).repeat(1, KEEP_BESTS, 1)
+        self._kept_distance = torch.full((n, KEEP_BESTS), float("inf"), dtype=self._flat.dtype, device=device)
         # The clean logits (clean accuracy; distance 0 where the clean input is adversarial). Most
         # minimum-norm attacks query the clean batch first: those logits are taken from that
         # query, and the extra clean forward (a few % of a short attack on a large model) is
         # only run when the results are read without such a query having happened.
         self._clean_correct: Tensor | None = None
+        self._clean_adversarial: Tensor | None = None
         self._first_in_order = True
         self._num_classes: int | None = None
         self._refusal: Tensor | None = None
         #: attribution distance (L0 jobs attribute by L1: a count of changed pixels ties too easily)
         self._attribution_norm = "l1" if norm == "l0" else norm
-        # The anchor: rows of known owners (the originals, then the last query that needed a full
-        # attribution) and, per row, half its distance to everything owned by another sample. A
-        # row closer to anchor row i than that is certainly nearest to i, so the common case —
-        # the whole batch, in order, moving a little — costs one test, not a B×N matrix.
         self._set_anchor(self._flat, is_origin=True)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows (a copy) and owners
         # the samples the caller says the next queries are of (``expect``), with the anchor rows,
@@ -129,19 +176,32 @@ class QueryTracker(nn.Module):
         """Distance of the best adversarial per sample (N); inf where none was found, 0 where
         the clean input is adversarial."""
         self._finish()
-        return self._best_distance
+        return self._kept_distance[:, 0]
 
     @property
     def best_adversarial(self) -> Tensor:
         """The best adversarial per sample (N×C×H×W); the original where none was found."""
         self._finish()
-        return self._best_adversarial
+        return self._kept[:, 0].view_as(self.inputs)
+
+    @property
+    def kept(self) -> tuple[Tensor, Tensor]:
+        """The kept best candidates: points (N×KEEP_BESTS×D, flattened) and distances
+        (N×KEEP_BESTS), smallest first; empty places hold the original at distance inf."""
+        self._finish()
+        return self._kept, self._kept_distance
 
     @property
     def clean_correct(self) -> Tensor:
         """Whether the model classifies each clean input right (N)."""
         self._ensure_clean()
         return self._clean_correct
+
+    @property
+    def clean_adversarial(self) -> Tensor:
+        """Whether each clean input already is adversarial (N): misclassified, or the target."""
+        self._ensure_clean()
+        return self._clean_adversarial
 
     @property
     def num_classes(self) -> int:
@@ -158,9 +218,11 @@ class QueryTracker(nn.Module):
     def _set_clean(self, logits: Tensor) -> None:
         self._num_classes = logits.shape[1]
         self._clean_correct = logits.argmax(1) == self.labels
-        adversarial = self._is_adversarial(logits, self._arange)
-        self._best_distance[adversarial] = 0.0
-        self._best_adversarial[adversarial] = self.inputs[adversarial]
+        self._clean_adversarial = self._is_adversarial(logits, self._arange)
+        where = self._clean_adversarial.nonzero().squeeze(1)
+        if len(where):  # the clean input is each such sample's first candidate (rule, step 7)
+            self._merge(self._flat[where], torch.zeros(len(where), dtype=self._flat.dtype,
+                                                       device=where.device), where, first=True)
 
     def _finish(self) -> None:
         self._flush()
@@ -177,23 +239,11 @@ class QueryTracker(nn.Module):
 
     # -- attribution -----------------------------------------------------------------------
     def _set_anchor(self, rows: Tensor, *, is_origin: bool = False) -> None:
-        n = len(rows)
-        if n > 1:
-            to_others = pairwise_distance(rows, self._flat, self.norm)
-            to_others.fill_diagonal_(float("inf"))
-            half = to_others.amin(1)
-            if not is_origin:
-                among = pairwise_distance(rows, rows, self.norm)
-                among.fill_diagonal_(float("inf"))
-                half = torch.minimum(half, among.amin(1))
-            half = half / 2
-        else:
-            half = torch.full((n,), float("inf"), device=rows.device)
-        self._anchor, self._anchor_half = rows, half
+        """Make ``rows`` (N×D) the anchor and compute each row's reach (rule, state)."""
+        self._anchor, self._anchor_half = rows, anchor_reach(rows, self._flat, self.norm, is_origin=is_origin)
         self._anchor_box = None
-        if self._attribution_norm == "linf":  # |row - anchor| < half in every coordinate
-            margin = (half - BOX_MARGIN).clamp(min=0).clamp(max=2.0).unsqueeze(1)  # inf → a box beyond [0, 1]
-            self._anchor_box = (rows - margin, rows + margin)
+        if self._attribution_norm == "linf":
+            self._anchor_box = linf_box(rows, self._anchor_half)
 
     def expect(self, idx: Tensor | None) -> None:
         """Say which samples (distinct indices, in row order) the next queries are of, or None.
@@ -207,9 +257,8 @@ class QueryTracker(nn.Module):
         self._hint_view = None
 
     def _expected(self, b: int) -> tuple[Tensor, str, tuple] | None:
-        """(owners, kind, (anchor rows, half separations, L∞ box)) a batch of ``b`` rows is
-        checked against: the hinted samples, the whole batch in order, or the previous query's
-        samples (libraries that go through the samples one or a few at a time)."""
+        """(owners E, kind, (anchor rows, reaches, L∞ box)) of a batch of ``b`` rows (rule,
+        step 2), or None when there is no E."""
         n = len(self._flat)
         if self._hint is not None and len(self._hint) == b:
             owners = self._hint
@@ -231,33 +280,26 @@ class QueryTracker(nn.Module):
         return None if view[2] == "any" else (owners, view[2], view[3])
 
     def attribute(self, rows: Tensor) -> tuple[Tensor, str, Tensor, bool]:
-        """Owner (original index) of each flattened row (B×D).
+        """Owner (original index) of each flattened row (B×D, B > 0), by the rule (steps 2–5).
 
         Returns (B indices, kind, a private copy of ``rows``, whether that copy is the next
         deferred slot, written by the test itself). Kind: "all" (the whole batch in order),
-        "distinct" (the hinted samples, in order), "any" (anything else).
-
-        A row within half the anchor separation of anchor row i belongs to i. Any other row is
-        given to the nearest original, or to the owner of the nearest row of the previous query
-        when that is closer: an iterate is closer to the previous iterate than to any other
-        original, even after the attack has moved further than half the distance between two
-        originals (large L2/L1 budgets on small inputs).
+        "distinct" (the expected samples, in order), "any" (anything else).
         """
-        b, n = rows.shape[0], self._flat.shape[0]
+        b = rows.shape[0]
         if rows.dtype != self._flat.dtype:
             rows = rows.to(self._flat.dtype)
         expected = self._expected(b)
+        owners = None
         if expected is not None:
             owners, kind, (anchor, half, box) = expected
-            slot = self._next_slot()
-            if b != n:
-                slot = slot[:b]
+            slot = self._next_slot()[:b]
             if box is not None:
                 # one clamp (into the slot: the copy for free) and one compare; NaN fails it
                 torch.clamp(rows, *box, out=slot)
                 if torch.equal(slot, rows):
                     return owners, kind, slot, True
-                ok = (rows - anchor).abs().amax(1) < half
+                ok = ((rows >= box[0]) & (rows <= box[1])).all(1)
             else:
                 ok = lp_norm(rows - anchor, self._attribution_norm) < half
                 if bool(ok.all()):
@@ -265,29 +307,51 @@ class QueryTracker(nn.Module):
             idx = torch.where(ok, owners, -1)
         else:
             idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
-        unresolved = idx < 0
-        pending = rows[unresolved]
-        best, owner = pairwise_distance(pending, self._flat, self.norm).min(1)
+        unresolved = (idx < 0).nonzero().squeeze(1)
+        known, known_owner = self._flat, self._arange
         if self._previous is not None:
-            prev_rows, prev_idx = self._previous
-            prev_dist, prev_pos = pairwise_distance(pending, prev_rows, self.norm).min(1)
-            owner = torch.where(prev_dist < best, prev_idx[prev_pos], owner)
-        idx[unresolved] = owner
+            known = torch.cat([self._flat, self._previous[0]])
+            known_owner = torch.cat([self._arange, self._previous[1]])
+        dist = finite_pairwise_distance(rows[unresolved], known, self.norm)
+        nearest, first = dist.min(1)
+        idx[unresolved] = known_owner[first]
+        tied = ((dist == nearest.unsqueeze(1)) & (known_owner != idx[unresolved].unsqueeze(1))).any(1)
+        if bool(tied.any()):  # rare (identical originals, all-NaN rows): step 4's tie rule
+            idx = self._break_ties(idx, unresolved, dist, nearest, known_owner, owners)
         copy = rows.clone()  # the attack may change its tensor in place
-        if expected is not None and torch.equal(idx, expected[0]):  # resolved as expected after all
-            if kind == "all":
-                self._set_anchor(copy, is_origin=False)
-            else:  # these samples' anchor rows move to where they are now
-                anchor = self._anchor.clone()
-                anchor[idx] = copy
-                self._set_anchor(anchor, is_origin=False)
+        if expected is not None and torch.equal(idx, owners):  # resolved as expected after all
+            if bool(torch.isfinite(copy).all()):
+                if kind == "all":
+                    self._set_anchor(copy, is_origin=False)
+                else:  # these samples' anchor rows move to where they are now
+                    anchor = self._anchor.clone()
+                    anchor[idx] = copy
+                    self._set_anchor(anchor, is_origin=False)
             return idx, kind, copy, False
         return idx, "any", copy, False
+
+    def _break_ties(self, idx: Tensor, unresolved: Tensor, dist: Tensor, nearest: Tensor,
+                    known_owner: Tensor, expected: Tensor | None) -> Tensor:
+        """Step 4's ties, row by row in order (earlier rows of the call count as queries)."""
+        self._flush_counts()
+        used = (self._forwards + self._backwards + self.refused).tolist()
+        row_of = {int(p): k for k, p in enumerate(unresolved.tolist())}
+        out = idx.tolist()
+        for p in range(len(out)):
+            k = row_of.get(p)
+            if k is not None:
+                tied = sorted(set(known_owner[dist[k] == nearest[k]].tolist()))
+                if len(tied) > 1:
+                    e = None if expected is None else int(expected[p])
+                    out[p] = e if e in tied else min(tied, key=lambda s: (used[s], s))
+            used[out[p]] += 1
+        return torch.tensor(out, dtype=idx.dtype, device=idx.device)
 
     def _next_slot(self) -> Tensor:
         """The buffer slot (N×D) the next deferred query's rows go to."""
         if not self._row_slots:
-            self._row_buffer = torch.empty((self._deferred_limit,) + tuple(self._flat.shape),
+            # one spare slot at the end: where the previous query's rows wait (see __init__)
+            self._row_buffer = torch.empty((self._deferred_limit + 1,) + tuple(self._flat.shape),
                                            dtype=self._flat.dtype, device=self._flat.device)
             self._row_slots = list(self._row_buffer.unbind(0))
         return self._row_slots[self._deferred_count]
@@ -332,7 +396,8 @@ class QueryTracker(nn.Module):
             self.refused.index_add_(0, idx[~allowed], torch.ones_like(idx[~allowed]))
 
     def _charge(self, counter: str, idx: Tensor, kind: str) -> Tensor | bool:
-        """Count one query per row within the budget; True when every row was, else the mask.
+        """Count one query per row within the budget (step 6); True when every row was, else
+        the mask.
 
         ``_max_used`` (a Python int) lets the common case — one row per sample, nobody at the
         budget — skip the budget test: a whole batch in order costs no tensor operation at all
@@ -361,10 +426,16 @@ class QueryTracker(nn.Module):
             return pred == self.targets[idx]
         return pred != self.labels[idx]
 
+    def judge(self, logits: Tensor, idx: Tensor) -> Tensor:
+        """Whether logits (B×classes) of rows owned by ``idx`` (B) are adversarial (B)."""
+        return self._is_adversarial(logits, idx)
+
     # -- the wrapped model -----------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
         if self.model.training:  # a library that calls train() must not change the model
             self.model.eval()
+        if x.shape[0] == 0:  # step 1: nobody to charge
+            return self.model(x)
         rows = x.detach().reshape(x.shape[0], -1)
         idx, kind, copy, in_slot = self.attribute(rows)
         everyone = self._charge("forwards", idx, kind)
@@ -376,7 +447,7 @@ class QueryTracker(nn.Module):
                 out = torch.where(everyone.unsqueeze(1), out, self._refusal_logits(idx, out.dtype))
             if in_slot:  # the slot is not taken: the next query rewrites it
                 copy = copy.clone()
-            self._previous = (copy, idx)
+            self._previous, self._previous_in_slot = (copy, idx), False
             self._flush()  # earlier queries first: of two equal distances the earlier one is kept
             self._update_best(copy, out.detach(), idx, everyone)
         if out.requires_grad:
@@ -405,7 +476,7 @@ class QueryTracker(nn.Module):
             slot.copy_(copy)
         logit_slot.copy_(out.detach())
         self._deferred_count += 1
-        self._previous = (slot, idx)  # a slot is not written again before the next query
+        self._previous, self._previous_in_slot = (slot, idx), True
         if self._deferred_count == self._deferred_limit:
             self._flush()
 
@@ -426,67 +497,35 @@ class QueryTracker(nn.Module):
 
     # -- the best adversarial ------------------------------------------------------------------
     def _flush(self) -> None:
-        """Do the best-adversarial update of the deferred in-order queries, all at once.
-
-        Same result as one query at a time: per sample the smallest valid adversarial row wins,
-        and of equal ones the earliest (``min`` returns the first minimum's index).
-        """
+        """Offer the deferred queries' rows as best candidates, all at once (same result as one
+        query at a time: candidates are taken in query order, then row order)."""
         k = self._deferred_count
+        if self._previous_in_slot:  # the next query writes the window's first slot again
+            spare = self._row_slots[-1][:len(self._previous[1])]
+            spare.copy_(self._previous[0])
+            self._previous, self._previous_in_slot = (spare, self._previous[1]), False
         if not k:
             return
         self._deferred_count = 0
         if self.on_progress is not None:
             self.on_progress(self._max_used)
         rows, logits = self._row_buffer[:k], self._logit_buffer[:k]                  # K×N×D, K×N×classes
-        if any(owners is not None for owners in self._slot_owners[:k]):
-            self._flush_mixed(rows, logits)
-            return
-        pred = logits.argmax(2)
-        adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N
-        columns = adversarial.any(0).nonzero().squeeze(1)  # only samples with an adversarial row
-        if not len(columns):
-            return
-        if len(columns) < len(self._flat):
-            rows, logits, adversarial = rows[:, columns], logits[:, columns], adversarial[:, columns]
-        dist = lp_norm((rows - self._flat[columns]).flatten(0, 1), self.norm).view(adversarial.shape)
-        dist = dist.masked_fill_(~adversarial, float("inf"))
-        best = self._best_distance[columns]
-        while True:  # once, unless the nearest row of some sample is not valid
-            nearest, first = dist.min(0)
-            at = (nearest < best).nonzero().squeeze(1)
-            if not len(at):
-                return
-            which = first[at]
-            chosen = rows[which, at]
-            valid = self._valid(chosen, logits[which, at])
-            if bool(valid.all()):
-                break
-            dist[which[~valid], at[~valid]] = float("inf")  # then that sample's next nearest
-        where = columns[at]
-        chosen = chosen.clamp(0, 1)
-        chosen_dist = lp_norm(chosen - self._flat[where], self.norm).to(best.dtype)
-        better = chosen_dist < best[at]  # the clamp moved the row by at most BOX_TOLERANCE
-        self._best_distance[where[better]] = chosen_dist[better]
-        self._best_adversarial.view(len(self._flat), -1)[where[better]] = chosen[better]
-
-    def _flush_mixed(self, rows: Tensor, logits: Tensor) -> None:
-        """``_flush`` when some deferred queries were of hinted subsets (their rows fill the
-        first places of their slots): the general update over the rows that are there."""
-        k, n = len(rows), len(self._flat)
         owner = self._arange.repeat(k, 1)
         for s, owners in enumerate(self._slot_owners[:k]):
-            if owners is not None:
+            if owners is not None:  # a hinted subset: its rows fill the first places of the slot
                 owner[s, :len(owners)] = owners
                 owner[s, len(owners):] = -1
             self._slot_owners[s] = None
         owner = owner.flatten()
         present = owner >= 0
-        self._update_best(rows.flatten(0, 1)[present], logits.flatten(0, 1)[present], owner[present], True)
+        rows, logits = rows.flatten(0, 1), logits.flatten(0, 1)
+        if not bool(present.all()):
+            rows, logits, owner = rows[present], logits[present], owner[present]
+        self._update_best(rows, logits, owner, True)
 
     def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool) -> None:
-        """Offer rows (B×D) with their logits (B×K), owned by ``idx`` (B), as best candidates;
-        ``allowed`` masks queries past the budget. Of several rows of one sample the smallest
-        wins, and of equal ones the first."""
+        """Offer rows (B×D) with their logits (B×K), owned by ``idx`` (B), in order, as best
+        candidates (step 7); ``allowed`` masks queries past the budget."""
         candidate = self._is_adversarial(logits, idx)
         if allowed is not True:
             candidate &= allowed
@@ -496,18 +535,35 @@ class QueryTracker(nn.Module):
         valid = self._valid(rows_c, logits[candidate])
         if not bool(valid.any()):  # e.g. SparseFool and ART's EAD query points outside the box
             return
-        rows_c, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
-        dist = lp_norm(rows_c - self._flat[idx_c], self.norm)
-        better = dist < self._best_distance[idx_c]
-        if not bool(better.any()):
+        points, idx_c = rows_c[valid].clamp(0, 1), idx_c[valid]
+        self._merge(points, lp_norm(points - self._flat[idx_c], self.norm), idx_c)
+
+    def _merge(self, points: Tensor, dist: Tensor, owner: Tensor, first: bool = False) -> None:
+        """Merge candidates (M×D points, M distances, M owners, in order) into the kept ones:
+        per sample the KEEP_BESTS smallest, the earliest of equals (``first``: these candidates
+        come before the kept ones)."""
+        worst = self._kept_distance[owner, -1]
+        worth = dist <= worst if first else dist < worst
+        if not bool(worth.all()):
+            points, dist, owner = points[worth], dist[worth], owner[worth]
+        if not len(owner):
             return
-        rows_c, idx_c, dist = rows_c[better], idx_c[better], dist[better]
-        # several rows of one sample may improve it: keep the smallest (stable: the first of equals)
-        order = torch.argsort(dist, stable=True)
-        rows_c, idx_c, dist = rows_c[order], idx_c[order], dist[order]
-        keep = self._rank_within_batch(idx_c) == 0
-        self._best_distance[idx_c[keep]] = dist[keep]
-        self._best_adversarial.view(len(self._flat), -1)[idx_c[keep]] = rows_c[keep]
+        t = KEEP_BESTS
+        groups, group = torch.unique(owner, return_inverse=True)
+        m = len(groups)
+        kept_points, kept_dist = self._kept[groups].flatten(0, 1), self._kept_distance[groups].flatten()
+        kept_group = torch.arange(m, device=owner.device).repeat_interleave(t)
+        parts = [(points, dist.to(kept_dist.dtype), group), (kept_points, kept_dist, kept_group)]
+        if not first:
+            parts.reverse()
+        pool_points, pool_dist, pool_group = (torch.cat(p) for p in zip(*parts))
+        order = torch.argsort(pool_dist, stable=True)
+        order = order[torch.argsort(pool_group[order], stable=True)]  # by sample, then distance
+        counts = torch.bincount(pool_group, minlength=m)
+        start = torch.cumsum(counts, 0) - counts  # every sample has ≥ t entries (its kept ones)
+        chosen = order[start.unsqueeze(1) + torch.arange(t, device=owner.device)]  # m×t
+        self._kept[groups] = pool_points[chosen]
+        self._kept_distance[groups] = pool_dist[chosen]
 
     @staticmethod
     def _valid(rows: Tensor, logits: Tensor) -> Tensor:
@@ -528,3 +584,46 @@ class QueryTracker(nn.Module):
         self._finish()
         self._update_best(rows, logits, self._arange, True)
         return self._is_adversarial(logits, self._arange)
+
+    def recheck(self) -> Tensor:
+        """End of job: evaluate each sample's best on the unwrapped model, uncounted; one that is
+        not adversarial there gives way to the next kept candidate that is, or to none (rule,
+        step 7). Returns, per sample (N), how many kept candidates were dropped."""
+        self._finish()
+        n, t = self._kept_distance.shape
+        dropped = torch.zeros(n, dtype=torch.long, device=self._arange.device)
+        todo = torch.isfinite(self._kept_distance[:, 0]).nonzero().squeeze(1)
+        with torch.no_grad():
+            while len(todo):
+                points = self._kept[todo, 0].view((len(todo),) + tuple(self.inputs.shape[1:]))
+                bad = todo[~self._is_adversarial(self.model(points.to(self.inputs.dtype)), todo)]
+                if not len(bad):
+                    break
+                self._kept[bad] = torch.cat([self._kept[bad, 1:], self._flat[bad].unsqueeze(1)], 1)
+                self._kept_distance[bad] = torch.cat(
+                    [self._kept_distance[bad, 1:], self._kept_distance.new_full((len(bad), 1), float("inf"))], 1)
+                dropped[bad] += 1
+                todo = bad[torch.isfinite(self._kept_distance[bad, 0])]
+        return dropped
+
+
+def anchor_reach(rows: Tensor, originals: Tensor, norm: str, *, is_origin: bool = False) -> Tensor:
+    """Each anchor row's reach (N): half its distance to the nearest original or anchor row of
+    another sample; inf when there is no other sample (rule, state)."""
+    n = len(rows)
+    if n < 2:
+        return torch.full((n,), float("inf"), dtype=rows.dtype, device=rows.device)
+    to_others = pairwise_distance(rows, originals, norm)
+    to_others.fill_diagonal_(float("inf"))
+    half = to_others.amin(1)
+    if not is_origin:
+        among = pairwise_distance(rows, rows, norm)
+        among.fill_diagonal_(float("inf"))
+        half = torch.minimum(half, among.amin(1))
+    return half / 2
+
+
+def linf_box(rows: Tensor, reach: Tensor) -> tuple[Tensor, Tensor]:
+    """The L∞ containment box of anchor rows (N×D) with their reaches (N) (rule, step 3)."""
+    margin = (reach - BOX_MARGIN).clamp(min=0).clamp(max=2.0).unsqueeze(1)  # inf → a box beyond [0, 1]
+    return rows - margin, rows + margin

@@ -1,0 +1,194 @@
+"""A deliberately simple ledger that follows the QueryTracker's attribution rule one row at a time.
+
+The rule is written once, in the module docstring of ``attackaudit.tracker`` (steps 1–7 below
+refer to it). This class has no fast path, no deferred buffer, no pending counters and no hint
+cache: every query is attributed, charged and offered as best candidate row by row, in order,
+with plain Python loops. It shares only the documented distance functions with the tracker
+(``attackaudit.distance``), so that a row's distance is the same number in both.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attackaudit.distance import finite_pairwise_distance, lp_norm, pairwise_distance
+from attackaudit.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_SCALE
+
+
+class ReferenceLedger(nn.Module):
+    """The rule, one row at a time, for ``inputs`` (N×C×H×W) and ``labels`` (N)."""
+
+    def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str, budget: int = 2000,
+                 targeted: bool = False, targets: Tensor | None = None) -> None:
+        super().__init__()
+        self.model, self.norm, self.budget = model.eval(), norm, budget
+        self.targeted, self.targets = targeted, targets
+        self.inputs, self.labels = inputs.detach(), labels.detach()
+        self.flat = self.inputs.reshape(len(inputs), -1)
+        self.n = len(inputs)
+        self.attribution_norm = "l1" if norm == "l0" else norm
+        self.forwards = [0] * self.n
+        self.backwards = [0] * self.n
+        self.refused = [0] * self.n
+        self.anchor = [self.flat[i].clone() for i in range(self.n)]
+        self.reach = self._reach()
+        self.previous: tuple[list[Tensor], list[int]] | None = None
+        self.hint: list[int] | None = None
+        self.kept: list[list[tuple[float, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
+        with torch.no_grad():
+            clean = self.model(self.inputs)
+        for i in range(self.n):
+            if self._adversarial(clean[i], i):
+                self._offer(self.flat[i], i)
+        self.eval()  # a fresh Module is in training mode; foolbox warns about that
+
+    # -- the rule's state ----------------------------------------------------------------------
+    def _reach(self) -> list[float]:
+        anchor = torch.stack(self.anchor)
+        to_originals = pairwise_distance(anchor, self.flat, self.norm)
+        among = pairwise_distance(anchor, anchor, self.norm)
+        reach = []
+        for i in range(self.n):
+            others = [min(float(to_originals[i, j]), float(among[i, j])) for j in range(self.n) if j != i]
+            reach.append(min(others) / 2 if others else float("inf"))
+        return reach
+
+    def expect(self, idx: Tensor | None) -> None:
+        self.hint = None if idx is None else [int(i) for i in idx]
+
+    def _expected(self, b: int) -> list[int] | None:  # step 2
+        if self.hint is not None and len(self.hint) == b:
+            owners = self.hint
+        elif b == self.n:
+            owners = list(range(self.n))
+        elif self.previous is not None and len(self.previous[1]) == b:
+            owners = self.previous[1]
+        else:
+            return None
+        return owners if len(set(owners)) == b else None
+
+    def _within_reach(self, row: Tensor, i: int) -> bool:  # step 3
+        a, h = self.anchor[i], self.reach[i]
+        if self.attribution_norm == "linf":
+            m = torch.tensor(h, dtype=a.dtype).sub(BOX_MARGIN).clamp(min=0).clamp(max=2.0)
+            return bool(((a - m <= row) & (row <= a + m)).all())
+        return bool(lp_norm((row - a).unsqueeze(0), self.attribution_norm)[0] < h)
+
+    # -- a forward call ------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        b = x.shape[0]
+        if b == 0:  # step 1
+            return self.model(x)
+        rows = x.detach().reshape(b, -1).to(self.flat.dtype)
+        expected = self._expected(b)
+        owners: list[int | None] = [None] * b
+        if expected is not None:
+            for p in range(b):
+                if self._within_reach(rows[p], expected[p]):
+                    owners[p] = expected[p]
+        needed_step4 = None in owners
+        known = [self.flat[i] for i in range(self.n)]
+        known_owner = list(range(self.n))
+        if self.previous is not None:
+            known += self.previous[0]
+            known_owner += self.previous[1]
+        earlier = [0] * self.n
+        for p in range(b):
+            if owners[p] is None:  # step 4
+                dist = finite_pairwise_distance(rows[p].unsqueeze(0), torch.stack(known), self.norm)[0]
+                nearest = float(dist.min())
+                tied = sorted({known_owner[k] for k in range(len(known)) if float(dist[k]) == nearest})
+                if len(tied) == 1:
+                    owners[p] = tied[0]
+                elif expected is not None and expected[p] in tied:
+                    owners[p] = expected[p]
+                else:
+                    used = [self.forwards[s] + self.backwards[s] + self.refused[s] + earlier[s] for s in range(self.n)]
+                    owners[p] = min(tied, key=lambda s: (used[s], s))
+            earlier[owners[p]] += 1
+        if needed_step4 and expected == owners and bool(torch.isfinite(rows).all()):  # step 5
+            for p, i in enumerate(owners):
+                self.anchor[i] = rows[p].clone()
+            self.reach = self._reach()
+        allowed = [self._charge(i, "forward") for i in owners]  # step 6
+        out = self.model(x)
+        refusal = self._refusal(owners).to(out.dtype)
+        mask = torch.tensor(allowed).unsqueeze(1)
+        out = torch.where(mask, out, refusal)
+        self.previous = ([rows[p].clone() for p in range(b)], list(owners))
+        for p in range(b):  # step 7
+            if allowed[p] and self._candidate(rows[p], out[p].detach(), owners[p]):
+                self._offer(rows[p], owners[p])
+        if out.requires_grad:
+            out.register_hook(lambda g, owners=list(owners): self._backward(g, owners))
+        return out
+
+    def _charge(self, i: int, what: str) -> bool:
+        if self.forwards[i] + self.backwards[i] < self.budget:
+            if what == "forward":
+                self.forwards[i] += 1
+            else:
+                self.backwards[i] += 1
+            return True
+        self.refused[i] += 1
+        return False
+
+    def _backward(self, grad: Tensor, owners: list[int]) -> Tensor:
+        allowed = torch.tensor([self._charge(i, "backward") for i in owners], dtype=grad.dtype)
+        return grad * allowed.unsqueeze(1)
+
+    def _refusal(self, owners: list[int]) -> Tensor:
+        k = self.model(self.inputs[:1]).shape[1]
+        answer = torch.nn.functional.one_hot(self.labels[owners], k).float()
+        if self.targeted:
+            answer = answer - torch.nn.functional.one_hot(self.targets[owners], k).float()
+        return answer * REFUSAL_SCALE
+
+    # -- best candidates -----------------------------------------------------------------------
+    def _adversarial(self, logits: Tensor, i: int) -> bool:
+        pred = int(logits.argmax())
+        return pred == int(self.targets[i]) if self.targeted else pred != int(self.labels[i])
+
+    def _candidate(self, row: Tensor, logits: Tensor, i: int) -> bool:
+        in_box = bool(row.min() >= -BOX_TOLERANCE) and bool(row.max() <= 1 + BOX_TOLERANCE)  # NaN fails
+        return self._adversarial(logits, i) and in_box and bool(torch.isfinite(logits).all())
+
+    def _offer(self, row: Tensor, i: int) -> None:
+        point = row.clamp(0, 1)
+        dist = float(lp_norm((point - self.flat[i]).unsqueeze(0), self.norm)[0])
+        self.kept[i].append((dist, point))
+        self.kept[i].sort(key=lambda entry: entry[0])  # stable: the earliest of equals first
+        del self.kept[i][KEEP_BESTS:]
+
+    def offer(self, adversarial: Tensor) -> None:
+        rows = adversarial.detach().reshape(self.n, -1).to(self.flat.dtype)
+        with torch.no_grad():
+            logits = self.model(adversarial)
+        for i in range(self.n):
+            if self._candidate(rows[i], logits[i], i):
+                self._offer(rows[i], i)
+
+    def recheck(self) -> list[int]:
+        """Per sample, how many kept candidates failed on the model before one held."""
+        dropped = [0] * self.n
+        todo = [i for i in range(self.n) if self.kept[i]]
+        while todo:  # one forward per round over every sample still to confirm, as the tracker
+            with torch.no_grad():
+                logits = self.model(torch.stack([self.kept[i][0][1] for i in todo]).view(
+                    (len(todo),) + tuple(self.inputs.shape[1:])))
+            bad = [i for k, i in enumerate(todo) if not self._adversarial(logits[k], i)]
+            for i in bad:
+                self.kept[i].pop(0)
+                dropped[i] += 1
+            todo = [i for i in bad if self.kept[i]]
+        return dropped
+
+    # -- read like the tracker -----------------------------------------------------------------
+    def kept_tensors(self) -> tuple[Tensor, Tensor]:
+        """(N×KEEP_BESTS×D points, N×KEEP_BESTS distances), as ``QueryTracker.kept``."""
+        points = self.flat.unsqueeze(1).repeat(1, KEEP_BESTS, 1).clone()
+        dist = torch.full((self.n, KEEP_BESTS), float("inf"), dtype=self.flat.dtype)
+        for i, entries in enumerate(self.kept):
+            for k, (d, point) in enumerate(entries):
+                points[i, k], dist[i, k] = point, d
+        return points, dist
