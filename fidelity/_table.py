@@ -10,7 +10,7 @@ Conventions shared by the whole package (fidelity/README.md explains why):
 - its distance on a sample is the tracker's ``best_distance`` whatever the row's ``status`` (what
   the tracker saw before a crash was re-checked on the model and stayed within the budget); NaN
   counts as ``inf`` (nothing found);
-- a model named ``<base>~<kind>`` (``~shift``) is a metamorphic twin: it is its own model for
+- a model named ``<base>~<kind>`` (``~shift``, ``~perm``) is a metamorphic twin: it is its own model for
   envelopes and local optimality, and left out of every cross-model aggregate.
 """
 from __future__ import annotations
@@ -76,8 +76,13 @@ def base_of(model: object) -> str:
     return str(model).split(TWIN_SEP, 1)[0]
 
 
+def twin_kind(model: object) -> str:
+    """``"shift"`` for ``M~shift``, ``"perm"`` for ``M~perm``, "" for a real model."""
+    return str(model).split(TWIN_SEP, 1)[1] if is_twin(model) else ""
+
+
 def without_twins(t: pd.DataFrame) -> pd.DataFrame:
-    """Rows of real models only (twins exist for the shift-sensitivity check)."""
+    """Rows of real models only (twins exist for the metamorphic checks)."""
     return t[~t["model"].map(is_twin)] if len(t) else t
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
 from .optimality import optimality
-from .stats import PAIR_FIELDS, paired_comparison
+from .stats import ALPHA, PAIR_FIELDS, holm, paired_comparison
 from .summary import across_models, model_stats
 
 #: ``model`` value of a pair row pooled over all models both implementations ran on
@@ -20,13 +20,14 @@ SIDE_COLUMNS = ["family", "norm", "implementation", "library", "library_version"
                 "optimality", "optimality_min", "optimality_attackbench", "asr_at_ref", "ref_eps",
                 "median_distance", "forwards", "backwards", "refused", "wall_s"]
 PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_a", "implementation_b",
-                "library_version_b", "optimality_a", "optimality_b", *PAIR_FIELDS, "better"]
+                "library_version_b", "optimality_a", "optimality_b", *PAIR_FIELDS, "p_adjusted", "better"]
 
 
-def pairwise(t: pd.DataFrame, alpha: float = 0.01, pooled: bool = True, long: pd.DataFrame | None = None,
+def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: pd.DataFrame | None = None,
              eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
     """The second frame of ``align`` for a ``prepare``d table without twins (``long``: its
-    ``long_distances``, when already computed)."""
+    ``long_distances``, when already computed). ``p_adjusted`` is Holm's over the pairs of one
+    family, norm and model (or pooled row): the same rule as the trust sets and the flags."""
     long = long_distances(t) if long is None else long
     if long.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -46,20 +47,24 @@ def pairwise(t: pd.DataFrame, alpha: float = 0.01, pooled: bool = True, long: pd
             for label, ms in groups:
                 res = paired_comparison(np.concatenate([arrays[(m, ka)][0] for m in ms]),
                                         np.concatenate([arrays[(m, kb)][0] for m in ms]))
-                better = ""
-                if res["p_value"] < alpha and res["wins_a"] != res["wins_b"]:
-                    better = ka[0] if res["effect_size"] > 0 else kb[0]
                 rows.append({"family": family, "norm": norm, "model": label,
                              "implementation_a": ka[0], "library_version_a": ka[1],
                              "implementation_b": kb[0], "library_version_b": kb[1],
                              "optimality_a": float(np.mean([arrays[(m, ka)][1] for m in ms])),
                              "optimality_b": float(np.mean([arrays[(m, kb)][1] for m in ms])),
-                             **res, "better": better})
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+                             **res})
+    if not rows:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    out = pd.DataFrame(rows)
+    out["p_adjusted"] = out.groupby(["family", "norm", "model"], sort=False)["p_value"].transform(
+        lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
+    signif = (out["p_adjusted"] < alpha) & (out["wins_a"] != out["wins_b"])
+    out["better"] = np.where(signif, np.where(out["effect_size"] > 0, out["implementation_a"], out["implementation_b"]), "")
+    return out[PAIR_COLUMNS]
 
 
 def align(table: pd.DataFrame, ref_eps: Mapping[str, float] | None = None, *,
-          eps_max: Mapping[str, float] | None = None, alpha: float = 0.01,
+          eps_max: Mapping[str, float] | None = None, alpha: float = ALPHA,
           pooled: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Side-by-side table and pairwise tests, over real models (twins excluded).
 
@@ -72,8 +77,9 @@ def align(table: pd.DataFrame, ref_eps: Mapping[str, float] | None = None, *,
     Second frame, one row per pair of implementations of a family and norm and per model they
     share (plus ``model == "*"``, pooled over the shared models, when ``pooled``):
     ``PAIR_COLUMNS``, the fields of ``stats.paired_comparison`` on the samples not broken at ε = 0
-    (``wins_a``: samples where ``a`` found the smaller perturbation) and ``better``, the
-    implementation that wins with ``p_value < alpha`` ("" otherwise).
+    (``wins_a``: samples where ``a`` found the smaller perturbation), ``p_adjusted`` (Holm over
+    the pairs of the family, norm and model) and ``better``, the implementation that wins with
+    ``p_adjusted < alpha`` (``stats.ALPHA``; "" otherwise).
     """
     t = without_twins(prepare(table))
     long = long_distances(t)

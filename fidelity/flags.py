@@ -1,23 +1,29 @@
 """Flags: one row per finding (job or implementation), with human-readable evidence.
 
-Definitions, thresholds and their reasons are in fidelity/README.md ("Flags"). The table has no
-column for a library's own success claim or the returned output's class, so ``label_bug`` and
-``silent_failure`` are behavioural: what the attack did (queries, backward passes) against what
-it achieved on samples other implementations broke.
+Definitions, thresholds and the measured noise behind them are in fidelity/README.md ("Flags").
+``label_bug`` rests on label evidence only: the class-permutation twin ``M~perm`` changes the
+result, or the attack fails on every sample of one class while breaking the others. An attack
+that is merely weak is never a label bug (``recommend`` gives it a weakness note instead).
 """
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
+from scipy import stats as sps
+
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
-                     sample_list, without_twins)
+                     sample_list, twin_kind, without_twins)
 from .alignment import pairwise
+from .stats import ALPHA, holm, significant
+from .strength import below_expected_strength
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
-         "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact")
+         "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
+         "below_expected_strength")
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",
                 "flag", "evidence"]
 
@@ -26,13 +32,19 @@ FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation
 LAST_NOT_BEST_RTOL = 0.05
 #: ... on at least this fraction of the samples it broke (one stray sample is not a pattern)
 LAST_NOT_BEST_MIN_FRACTION = 0.1
-#: label bug / silent failure judge an implementation on at least this many samples that other
-#: implementations broke
+#: silent failure judges an implementation on at least this many samples that others broke
 MIN_EVIDENCE_SAMPLES = 3
-#: label bug: broke at most this fraction of them on every model it ran on ...
-LABEL_BUG_MAX_SUCCESS = 0.15
-#: ... while giving up with budget left (failing samples' median queries below this fraction)
+#: class-conditional label bug: a class counts with at least this many samples (pooled over the
+#: real models) that other implementations broke; one sample of a class is no pattern
+CLASS_MIN_SAMPLES = 2
+#: ... and the failures on it must have stopped with budget left (median queries below this
+#: fraction of the budget): an attack that believes it is done stops early; a weak one runs out
 LABEL_BUG_BUDGET_FRACTION = 0.95
+#: perm twin: distances differ on a sample when success differs or they differ by more than this
+#: (relative). Permuting logits is exact in float arithmetic; sound attacks' noise is in README
+PERM_RTOL = 0.01
+#: ... and a label bug needs at least this fraction of the samples to differ (at least 2)
+PERM_MIN_FRACTION = 0.25
 #: twins disagree on a sample when success differs or distances differ by more than this
 SHIFT_RTOL = 0.05
 #: ... and the flag needs at least this fraction of the samples to disagree. Sound attacks still
@@ -61,13 +73,21 @@ def _causes(errors: pd.Series, limit: int = 2) -> str:
     return (text + (f" (+{len(uniq) - limit} more)" if len(uniq) > limit else "")) or "no error recorded"
 
 
+def _kept(bad: pd.DataFrame) -> str:
+    """What survives of failed rows, as the rows show it: a job killed from outside (timeout, a
+    dead worker) has no tracker left and its rows are all failures."""
+    broke = int(np.isfinite(bad["best_distance"]).sum())
+    if broke or bad[["forwards", "backwards"]].to_numpy().sum() > 0:
+        return f"the tracker's results before it are kept ({broke} of these samples broken)"
+    return "no tracker results survive: every one of these samples counts as not broken"
+
+
 def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
     n, out = len(g), []
     for status, what in (("crash", "in batches that raised"), ("timeout", "in a job that timed out")):
         bad = g[g["status"] == status]
         if len(bad):
-            out.append((status, f"{len(bad)} of {n} samples {what}: {_causes(bad['error'])}; "
-                                f"tracker results before it are kept"))
+            out.append((status, f"{len(bad)} of {n} samples {what}: {_causes(bad['error'])}; {_kept(bad)}"))
     invalid = g[g["status"] == "invalid"]
     box = invalid["error"].str.contains(BOX_ERROR, regex=False)
     for flag, part in (("out_of_box", invalid[box]), ("invalid", invalid[~box])):
@@ -100,64 +120,89 @@ def _last_not_best(g: pd.DataFrame) -> list[tuple[str, str]]:
                               f"samples {sample_list(worse['sample'])}")]
 
 
-def _effort(g: pd.DataFrame) -> tuple[list[tuple[str, str]], str, str, float | None]:
-    """Did the attack work at all? Returns (definite silent failures, label-bug evidence if this
-    job looks like one, silent-failure evidence if it broke nothing, its success rate on the
-    samples other implementations broke or None). ``_per_job`` settles label bug vs silent
-    failure across models: a label convention is wrong on every model."""
+def _effort(g: pd.DataFrame) -> list[tuple[str, str]]:
+    """Did the attack run at all (``silent_failure``)? A gradient attack without any backward
+    pass; about one query per sample and nothing broken; or none of ≥ ``MIN_EVIDENCE_SAMPLES``
+    samples other implementations broke was broken (ASR = clean error rate)."""
     ok = g[g["status"] == "ok"]
     if ok.empty:
-        return [], "", "", None
+        return []
     gradient = str(ok["family"].iloc[0]) not in GRADIENT_FREE_FAMILIES
     target = ok[ok["live"] & np.isfinite(ok["d_star"])]  # samples some implementation broke
     m = len(target)
     success = int(np.isfinite(target["best_distance"]).sum())
-    rate = success / m if m else None
     asr = float((~ok["live"] | np.isfinite(ok["best_distance"])).mean())
     rates = f"ASR {asr:.2f} vs clean error rate {float((~ok['live']).mean()):.2f}"
     if gradient and ok["backwards"].sum() == 0:
-        return [("silent_failure", f"no backward pass on any of {len(ok)} samples for a gradient attack; {rates}")], \
-            "", "", rate
+        return [("silent_failure", f"no backward pass on any of {len(ok)} samples for a gradient attack; {rates}")]
     queries = ok["forwards"] + ok["backwards"]
     if m and success == 0 and queries.sum() <= len(ok):
         return [("silent_failure", f"at most one query per sample and none of the {m} samples other "
-                                   f"implementations broke was broken; {rates}")], "", "", rate
-    if m < MIN_EVIDENCE_SAMPLES:
-        return [], "", "", rate
-    zero = (f"broke none of the {m} samples other implementations broke ({ok['forwards'].mean():.0f} forwards, "
-            f"{ok['backwards'].mean():.0f} backwards per sample); {rates}") if success == 0 else ""
-    if success > LABEL_BUG_MAX_SUCCESS * m:
-        return [], "", zero, rate
-    failing = target[~np.isfinite(target["best_distance"])]
-    budget = float(ok["budget"].max())
-    used = float(np.median(failing["forwards"] + failing["backwards"])) if len(failing) else 0.0
-    if budget > 0 and used >= LABEL_BUG_BUDGET_FRACTION * budget:
-        return [], "", zero, rate  # it ran out of queries: weak or expensive, not confused about labels
-    label = (f"broke {success} of {m} samples other implementations broke although it worked "
-             f"({ok['forwards'].mean():.0f} forwards, {ok['backwards'].mean():.0f} backwards per sample) and "
-             f"stopped with budget left (median {used:.0f} queries on failures), and fails like this on every "
-             f"model; {int((~target['returned_adversarial']).sum())} returned outputs keep the true label. "
-             f"The pattern of a label-convention bug (shifted, inverted or one-hot labels) or of a loss that "
-             f"cannot succeed; {rates}")
-    return [], label, zero, rate
+                                   f"implementations broke was broken; {rates}")]
+    if m >= MIN_EVIDENCE_SAMPLES and success == 0:
+        return [("silent_failure", f"broke none of the {m} samples other implementations broke "
+                                   f"({ok['forwards'].mean():.0f} forwards, {ok['backwards'].mean():.0f} backwards "
+                                   f"per sample); {rates}")]
+    return []
 
 
-def _per_job(t: pd.DataFrame) -> list[dict]:
+def _per_job(rows: pd.DataFrame) -> list[dict]:
+    """``rows``: prepared rows with ``d_star`` and ``live``."""
+    out = []
+    for key, g in rows.groupby(JOB_KEY, sort=True):
+        for flag, evidence in _status_flags(g) + _last_not_best(g) + _effort(g):
+            out.append(dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence})
+    return out
+
+
+def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
     d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
     rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
     rows["live"] = rows["d_star"] > 0
-    out, efforts = [], {}
-    for key, g in rows.groupby(JOB_KEY, sort=True):
-        for flag, evidence in _status_flags(g) + _last_not_best(g):
-            out.append(dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence})
-        efforts[key] = _effort(g)
-    # a model on which the implementation does break samples clears it of a label-convention bug
-    cleared = {key[1:] for key, (_, _, _, rate) in efforts.items()
-               if rate is not None and rate > LABEL_BUG_MAX_SUCCESS}
-    for key, (definite, label, zero, _) in efforts.items():
-        found = definite + ([("label_bug", label)] if label and key[1:] not in cleared
-                            else [("silent_failure", zero)] if zero else [])
-        out += [dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence} for flag, evidence in found]
+    return rows
+
+
+def _class_conditional(rows: pd.DataFrame) -> list[dict]:
+    """Label bug from the class pattern, pooled over the real models (a label convention does not
+    depend on the model): on the samples other implementations broke, the attack breaks none of
+    one class's ≥ ``CLASS_MIN_SAMPLES`` samples, gives up on them with budget left, and breaks
+    the other classes' so much more often that the failures' falling on that class by chance has
+    a Holm-adjusted hypergeometric p below ``ALPHA`` (over the classes it could be tested on)."""
+    if "label" not in rows.columns:
+        return []
+    target = rows[~rows["model"].map(is_twin) & rows["live"] & np.isfinite(rows["d_star"])
+                  & (rows["status"] == "ok")]
+    out = []
+    for (norm, impl, version), g in target.groupby(["norm", *IMPL_KEY], sort=True):
+        broke = np.isfinite(g["best_distance"].to_numpy())
+        n, fails = len(g), int((~broke).sum())
+        if fails == 0 or fails == n:
+            continue  # it must break other classes: failing everywhere is weakness, not a class
+        labels = g["label"].to_numpy()
+        classes, sizes = np.unique(labels, return_counts=True)
+        tested = classes[sizes >= CLASS_MIN_SAMPLES]
+        if tested.size == 0:
+            continue
+        failed_in = np.array([int((~broke[labels == c]).sum()) for c in tested])
+        size_of = np.array([int((labels == c).sum()) for c in tested])
+        # P(at least this many of the class's samples among the failures) if failures ignored class
+        p = sps.hypergeom.sf(failed_in - 1, n, fails, size_of)
+        p_adj = holm(p)
+        budget = float(g["budget"].max())
+        for c, k, size, pa in zip(tested, failed_in, size_of, p_adj):
+            if k < size or not pa < ALPHA:
+                continue
+            dead = g[labels == c]
+            used = float(np.median(dead["forwards"] + dead["backwards"]))
+            if budget > 0 and used >= LABEL_BUG_BUDGET_FRACTION * budget:
+                continue  # it ran out of queries there: weak on that class, not confused about it
+            others = broke[labels != c]
+            out.append({"model": "*", "norm": norm, "implementation": impl, "library_version": version,
+                        "flag": "label_bug", "evidence": (
+                            f"class-conditional failure: broke none of the {size} samples of class {c} that other "
+                            f"implementations broke (over {g['model'].nunique()} models; it stopped with budget left, "
+                            f"median {used:.0f} queries) but {int(others.sum())} of {others.size} samples of the "
+                            f"other classes; hypergeometric p = {pa:.2g} (Holm over {tested.size} classes)")})
     return out
 
 
@@ -188,32 +233,53 @@ def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _shift(t: pd.DataFrame) -> list[dict]:
-    t = t[~t["family"].isin(SHIFT_VARIANT_FAMILIES)]
+#: per twin kind (``M~<kind>``): the flag a disagreement raises, its thresholds, the families
+#: the check says nothing about, and what the twin is, for the evidence
+TWIN_CHECKS: dict[str, tuple[str, float, float, frozenset, str]] = {
+    "shift": ("shift_sensitivity", SHIFT_RTOL, SHIFT_MIN_FRACTION, SHIFT_VARIANT_FAMILIES,
+              "same decisions, logits shifted per sample"),
+    "perm": ("label_bug", PERM_RTOL, PERM_MIN_FRACTION, frozenset(),
+             "same network with its classes renamed, labels and targets mapped alike: the result depends on "
+             "class indices, i.e. on how the attack handles labels"),
+}
+
+
+def _twins(t: pd.DataFrame) -> list[dict]:
+    """Metamorphic checks: per twin ``M~<kind>`` of ``TWIN_CHECKS``, an implementation whose best
+    distances on the twin differ from those on ``M`` on too many samples."""
     twins = t[t["model"].map(is_twin)]
     if twins.empty:
         return []
     cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
-    twins = twins.assign(base=twins["model"].map(base_of))
+    twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
     base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
-    pairs = twins[["base", "model", *cols]].merge(base, on=["base", *cols[:-1]], suffixes=("_twin", ""))
-    pairs["differs"] = _disagree(pairs["best_distance"], pairs["best_distance_twin"], SHIFT_RTOL)
+    pairs = twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-1]],
+                                                                    suffixes=("_twin", ""))
     out = []
-    for (b, twin, norm, impl, version), g in pairs.groupby(["base", "model", "norm", *IMPL_KEY], sort=True):
-        bad = g[g["differs"]]
-        if len(bad) >= max(1, math.ceil(SHIFT_MIN_FRACTION * len(g))):
+    for (b, twin, kind, norm, impl, version), g in pairs.groupby(["base", "model", "kind", "norm", *IMPL_KEY],
+                                                                 sort=True):
+        if kind not in TWIN_CHECKS:
+            continue
+        flag, rtol, min_fraction, exempt, what = TWIN_CHECKS[kind]
+        if str(g["family"].iloc[0]) in exempt:
+            continue
+        bad = g[_disagree(g["best_distance"], g["best_distance_twin"], rtol)]
+        need = max(2 if kind == "perm" else 1, math.ceil(min_fraction * len(g)))
+        if len(bad) >= need:
             broke = (int(np.isfinite(g["best_distance"]).sum()), int(np.isfinite(g["best_distance_twin"]).sum()))
             out.append({"model": b, "norm": norm, "implementation": impl, "library_version": version,
-                        "flag": "shift_sensitivity", "evidence": (
-                            f"best distances differ beyond {SHIFT_RTOL:.0%} on {len(bad)} of {len(g)} samples "
-                            f"between {b} and its twin {twin} (same decisions, logits shifted per sample); "
-                            f"broken {broke[0]} vs {broke[1]}: {_examples(bad, 'best_distance', 'best_distance_twin')}")})
+                        "flag": flag, "evidence": (
+                            f"best distances differ beyond {rtol:.0%} on {len(bad)} of {len(g)} samples "
+                            f"between {b} and its twin {twin} ({what}); broken {broke[0]} vs {broke[1]}: "
+                            f"{_examples(bad, 'best_distance', 'best_distance_twin')}")})
     return out
 
 
-def _optimality_gap(t: pd.DataFrame, gap_alpha: float) -> list[dict]:
-    """``t``: a prepared table without twins."""
-    pairs = pairwise(t, alpha=gap_alpha, pooled=False)
+def _optimality_gap(t: pd.DataFrame) -> list[dict]:
+    """``t``: a prepared table without twins. Per model, family and norm, every implementation
+    against the one with the best ξ: ``stats.significant`` (Holm over those comparisons, ``ALPHA``)
+    and at least ``GAP_MIN_DELTA`` lower ξ."""
+    pairs = pairwise(t, pooled=False)
     if pairs.empty:
         return []
     out = []
@@ -222,20 +288,24 @@ def _optimality_gap(t: pd.DataFrame, gap_alpha: float) -> list[dict]:
             continue
         opt = {**dict(zip(zip(g["implementation_a"], g["library_version_a"]), g["optimality_a"])),
                **dict(zip(zip(g["implementation_b"], g["library_version_b"]), g["optimality_b"]))}
-        best = sorted(opt, key=lambda k: (-opt[k], k))[0]
-        for r in g.itertuples(index=False):
-            ka, kb = (r.implementation_a, r.library_version_a), (r.implementation_b, r.library_version_b)
-            if best not in (ka, kb):
-                continue
-            worse = kb if best == ka else ka
-            wins_best, wins_worse = (r.wins_a, r.wins_b) if best == ka else (r.wins_b, r.wins_a)
-            median = r.median_difference if best == kb else -r.median_difference
-            if r.p_value < gap_alpha and wins_best > wins_worse and opt[best] - opt[worse] >= GAP_MIN_DELTA:
+        best = sorted(opt, key=lambda k: (-np.nan_to_num(opt[k], nan=-1.0), k))[0]
+        ka = list(zip(g["implementation_a"], g["library_version_a"]))
+        kb = list(zip(g["implementation_b"], g["library_version_b"]))
+        mine = g[[best in (a, b) for a, b in zip(ka, kb)]]
+        p_adj = holm(mine["p_value"].to_numpy())
+        for r, pa in zip(mine.itertuples(index=False), p_adj):
+            a, b = (r.implementation_a, r.library_version_a), (r.implementation_b, r.library_version_b)
+            worse = b if best == a else a
+            wins_best, wins_worse = (r.wins_a, r.wins_b) if best == a else (r.wins_b, r.wins_a)
+            median = r.median_difference if best == b else -r.median_difference
+            delta = opt[best] - opt[worse]
+            if significant(pa, wins_best, wins_worse) and np.isfinite(delta) and delta >= GAP_MIN_DELTA:
                 out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
                             "flag": "optimality_gap", "evidence": (
                                 f"optimality {opt[worse]:.3f} vs {opt[best]:.3f} for {best[0]} {best[1]}".rstrip()
-                                + f"; Wilcoxon p={r.p_value:.2g} over {r.n_samples} samples, smaller perturbation "
-                                  f"on {wins_worse} vs {wins_best}; median excess {median:.4g} where both succeed")})
+                                + f"; Wilcoxon p = {r.p_value:.2g} (Holm-adjusted {pa:.2g} over {len(mine)} "
+                                  f"comparisons) over {r.n_samples} samples, smaller perturbation on {wins_worse} vs "
+                                  f"{wins_best}; median excess {median:.4g} where both succeed")})
     return out
 
 
@@ -252,19 +322,22 @@ def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
     return found[~np.asarray(repeat, dtype=bool)]
 
 
-def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, gap_alpha: float = 0.01, *,
-          exact: pd.DataFrame | None = None) -> pd.DataFrame:
+def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
+          exact: pd.DataFrame | None = None, eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
     """All findings for ``table``: ``FLAG_COLUMNS``, ``flag`` one of ``FLAGS``.
 
-    ``other``: a second seeded run of the same config (``nondeterminism``); ``gap_alpha``: the
-    significance level of ``optimality_gap`` (paired Wilcoxon against the family's best
-    implementation on the same model, which must also be ``GAP_MIN_DELTA`` higher in ξ);
-    ``exact``: exact distances from ``fidelity.exact`` (``below_exact``). A finding on a twin
-    model that its base model has too is dropped as a repeat; others keep the twin's name, and
-    ``shift_sensitivity`` names the base model.
+    ``other``: a second seeded run of the same config (``nondeterminism``); ``exact``: exact
+    distances from ``fidelity.exact`` (``below_exact``); ``eps_max``: ε₀ per norm for the
+    optimality behind ``below_expected_strength``. A finding on a twin model that its base model
+    has too is dropped as a repeat; others keep the twin's name, and the twin checks name the base
+    model. Findings about an implementation over all models (class-conditional ``label_bug``,
+    ``below_expected_strength``) have ``model == "*"``.
     """
     t = prepare(table)
-    found = _per_job(t) + _shift(t) + _optimality_gap(without_twins(t), gap_alpha)
+    rows = _with_envelope(t)
+    real = without_twins(t)
+    found = (_per_job(rows) + _twins(t) + _class_conditional(rows) + _optimality_gap(real)
+             + below_expected_strength(real, eps_max))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))

@@ -17,7 +17,9 @@ PAIR_FIELDS = ["n_samples", "wins_a", "wins_b", "ties", "statistic", "p_value", 
                "median_difference"]
 
 
-def _tie_aware_diff(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
+def tie_aware_diff(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
+    """``a − b`` elementwise (any shape) with inf replaced by one value above every finite one of
+    both sides and differences within ``rtol`` (relative) set to 0: the paired tests' input."""
     finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
     big = 2.0 * float(finite.max(initial=0.0)) + 1.0
     fa, fb = np.where(np.isfinite(a), a, big), np.where(np.isfinite(b), b, big)
@@ -45,7 +47,7 @@ def paired_comparison(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> dict[
            "p_value": 1.0, "effect_size": 0.0, "median_difference": 0.0}
     if a.size == 0:
         return out
-    diff = _tie_aware_diff(a, b, rtol)
+    diff = tie_aware_diff(a, b, rtol)
     nz = diff[diff != 0]
     both = np.isfinite(a) & np.isfinite(b)
     out.update(wins_a=int((diff < 0).sum()), wins_b=int((diff > 0).sum()), ties=int((diff == 0).sum()),
@@ -61,3 +63,82 @@ def paired_comparison(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> dict[
     out["statistic"] = float(res.statistic) if np.isfinite(res.statistic) else 0.0
     out["p_value"] = float(min(max(res.pvalue, 0.0), 1.0)) if np.isfinite(res.pvalue) else 1.0
     return out
+
+
+# ------------------------------------------------------------------ the one significance rule
+#: family-wise significance level of every "significantly better/worse" in attackaudit: trust
+#: sets, the optimality_gap flag, the alignment verdicts and the audit verdicts (fidelity/README.md)
+ALPHA = 0.05
+
+
+def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values of (k,) raw p-values, same order, each in [0, 1].
+
+    Reject hypothesis i at family-wise level α iff ``holm(p)[i] < α``. NaN stays NaN and does
+    not count towards k."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    k = order.size
+    adjusted = np.maximum.accumulate(np.minimum(1.0, (k - np.arange(k)) * p[order]))
+    out[order] = adjusted
+    return out
+
+
+def significant(p_adjusted: float, wins_for: int, wins_against: int) -> bool:
+    """The rule: a multiplicity-adjusted p below ``ALPHA`` and more samples in favour than against."""
+    return bool(np.isfinite(p_adjusted) and p_adjusted < ALPHA and wins_for > wins_against)
+
+
+def wilcoxon_batch(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided Wilcoxon signed-rank tests of B paired samples at once: ``diff`` (B, N) of
+    tie-aware differences (0 = tie, dropped as in ``paired_comparison``). Returns (p-values (B,),
+    rank-biserial effects (B,), + when the differences are mostly negative, i.e. the first side
+    smaller). Normal approximation with the tie correction: this is for bootstrap replicates,
+    where scipy's exact small-sample test one replicate at a time would be too slow; the reported
+    tests use ``paired_comparison``."""
+    diff = np.asarray(diff, dtype=float)
+    nz = diff != 0
+    n = nz.sum(axis=1).astype(float)
+    # zeros rank below every |difference| and their ranks are subtracted: ranks among non-zeros
+    mag = np.where(nz, np.abs(diff), -1.0)
+    ranks = stats.rankdata(mag, axis=1) - (diff.shape[1] - n)[:, None]
+    r_neg = np.where(nz & (diff < 0), ranks, 0.0).sum(axis=1)
+    r_pos = np.where(nz & (diff > 0), ranks, 0.0).sum(axis=1)
+    total = n * (n + 1) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        effect = np.where(total > 0, (r_neg - r_pos) / total, 0.0)
+        tie_sizes = _tie_correction(np.where(nz, np.abs(diff), np.nan))
+        var = n * (n + 1) * (2 * n + 1) / 24 - tie_sizes / 48
+        z = np.where(var > 0, (np.abs(r_pos - total / 2) - 0.5).clip(min=0) / np.sqrt(np.where(var > 0, var, 1)), 0.0)
+    p = np.where(n > 0, 2 * stats.norm.sf(z), 1.0)
+    return np.clip(p, 0.0, 1.0), effect
+
+
+def _tie_correction(values: np.ndarray) -> np.ndarray:
+    """Σ (t³ − t) over groups of equal non-NaN values, per row of (B, N)."""
+    s = np.sort(values, axis=1)
+    out = np.zeros(values.shape[0])
+    if values.shape[1] < 2:
+        return out
+    same = (s[:, 1:] == s[:, :-1])  # NaN != NaN, so NaNs never form groups
+    for b in np.flatnonzero(same.any(axis=1)):  # rare: ties among non-zero differences
+        _, counts = np.unique(s[b][np.isfinite(s[b])], return_counts=True)
+        out[b] = float((counts ** 3 - counts).sum())
+    return out
+
+
+def samples_to_separate(effect: float, n_nontied: int, n_total: int, k: int = 1) -> float:
+    """How many paired samples (ties included, at the observed tie rate) a two-sided Wilcoxon test
+    would need to call a difference of rank-biserial ``effect`` significant at ``ALPHA / k`` (the
+    strictest Holm step among k comparisons): normal approximation z ≈ |r|·√(3n/4) for n non-tied
+    pairs. ``inf`` when there is no systematic difference (effect 0) or nothing but ties."""
+    r = abs(float(effect))
+    if r <= 0 or n_nontied <= 0 or n_total <= 0:
+        return float("inf")
+    z = stats.norm.isf(ALPHA / max(k, 1) / 2)
+    need_nontied = (z / r) ** 2 * 4.0 / 3.0
+    return float(np.ceil(need_nontied * n_total / n_nontied))

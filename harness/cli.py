@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, help="forwards + backwards per sample (default 2000)")
     p.add_argument("--seed", type=int)
     p.add_argument("--targeted", action="store_true")
-    p.add_argument("--metamorphic", action="store_true", help="also run every model's logit-shifted twin")
+    p.add_argument("--metamorphic", action="store_true", help="also run every model's metamorphic twins (logits shifted; classes permuted)")
     p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
     p.add_argument("--executor", choices=["local", "dask"])
     p.add_argument("--scheduler", help="address of an existing Dask scheduler")

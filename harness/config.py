@@ -12,10 +12,10 @@ from .zoo import ZOO
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
     "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1, "workers": 2},
-    # what `make demo` runs: every zoo model, every library, and the metamorphic (logit-shifted)
-    # twin of the standard CNN
+    # what `make demo` runs: every zoo model, every library, and the metamorphic twins (logits
+    # shifted; classes permuted) of the standard CNN
     "demo": {"models": ["digits-mlp", "digits-mlp-tiny", "digits-cnn", "digits-cnn-at-linf", "digits-cnn-at-l2",
-                        "digits-cnn~shift"],
+                        "digits-cnn~shift", "digits-cnn~perm"],
              "samples": 16, "steps_scale": 0.5, "workers": 2},
 }
 
@@ -111,7 +111,7 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 
 
 def validate(config: RunConfig) -> None:
-    from .zoo import SHIFT_SUFFIX
+    from .zoo import twin_of
 
     if not config.out:
         raise ConfigError("--out DIR is required: the directory the run's results go to")
@@ -119,7 +119,7 @@ def validate(config: RunConfig) -> None:
     from .models import ModelSourceError, normalize_threat_model, parse_model_source
 
     for model in config.models:
-        if model.removesuffix(SHIFT_SUFFIX) not in ZOO and ":" not in model:
+        if model.removesuffix(twin_of(model)) not in ZOO and ":" not in model:
             raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
         try:
             parsed = parse_model_source(model)

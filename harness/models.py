@@ -19,7 +19,8 @@ A model *source* is one string (``--models`` or ``models = [...]`` in a CONFIG.t
 ``module:path/to/file.py:CALLABLE``         [0, 1] inputs; it is used as it is
 ==========================================  =====================================================
 
-Any source may end in ``~shift`` (the metamorphic log-softmax twin, as in the zoo). ``NORM`` is
+Any source may end in ``~shift`` (the metamorphic log-softmax twin, as in the zoo) or ``~perm``
+(the class-permutation twin; its labels and targets are mapped in ``job.py``). ``NORM`` is
 ``imagenet`` (torchvision's default), ``cifar10``, ``cifar100``, ``none``, or ``M,M,M/S,S,S``;
 timm's default is the architecture's own pretrained mean/std. The number of classes is read from
 the weights.
@@ -54,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .zoo import SHIFT_SUFFIX, ZOO, LogitShift
+from .zoo import PERM_SUFFIX, SHIFT_SUFFIX, ZOO, LogitPermutation, LogitShift
 
 KINDS = ("zoo", "robustbench", "torchvision", "timm", "module")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -124,6 +125,7 @@ class ModelSource:
     dataset: str = ""       # RobustBench dataset given in the source
     threat_model: str = ""  # RobustBench threat model given in the source
     shift: bool = False     # the log-softmax twin
+    perm: bool = False      # the class-permutation twin
 
 
 def parse_model_source(text: str) -> ModelSource:
@@ -133,6 +135,9 @@ def parse_model_source(text: str) -> ModelSource:
                                "timm:ARCH:WEIGHTS or module:MOD:CALLABLE")
     full = text.strip()
     shift = full.endswith(SHIFT_SUFFIX)
+    if full.endswith(PERM_SUFFIX):  # a twin of its own kind: same fields, perm set instead
+        import dataclasses
+        return dataclasses.replace(parse_model_source(full.removesuffix(PERM_SUFFIX)), text=full, perm=True)
     body = full[: -len(SHIFT_SUFFIX)] if shift else full
     kind, sep, rest = body.partition(":")
     if not sep:
@@ -334,7 +339,7 @@ def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digit
     if src.kind == "zoo":
         from .zoo import load_model
 
-        name = src.name + (SHIFT_SUFFIX if src.shift else "")
+        name = src.name + (SHIFT_SUFFIX if src.shift else PERM_SUFFIX if src.perm else "")
         if src.name not in ZOO:
             raise ModelSourceError(f"unknown model {src.name!r}; the zoo has {', '.join(ZOO)}")
         try:
@@ -350,6 +355,8 @@ def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digit
     model.requires_grad_(False)  # attacks need input gradients only
     if src.shift:
         model = LogitShift(model)
+    elif src.perm:
+        model = LogitPermutation(model)
     try:
         return model.to(device).eval()
     except (RuntimeError, AssertionError) as exc:

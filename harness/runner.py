@@ -18,7 +18,7 @@ from .config import ConfigError, RunConfig
 from .executors import DaskExecutor, Limits, LocalExecutor
 from .job import Job
 from .store import ensure_writable, job_is_complete, read_manifest, write_manifest
-from .zoo import SHIFT_SUFFIX
+from .zoo import TWIN_SUFFIXES, twin_of
 
 
 @dataclass
@@ -60,7 +60,7 @@ def plan(config: RunConfig) -> Plan:
     subset = load_subset(config.dataset, config.samples, config.seed)
     models = list(config.models)
     if config.metamorphic:
-        models += [m + SHIFT_SUFFIX for m in config.models if not m.endswith(SHIFT_SUFFIX)]
+        models += [m + s for s in TWIN_SUFFIXES for m in config.models if not twin_of(m) and m + s not in models]
     jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
     for entry in entries:
         if config.libraries is not None and entry.library not in config.libraries:

@@ -18,6 +18,11 @@ from .architectures import ARCHITECTURES
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 #: suffix of a model's metamorphic twin: same logits minus their log-sum-exp (log-softmax)
 SHIFT_SUFFIX = "~shift"
+#: suffix of a model's class-permutation twin: logits permuted by ``class_permutation``, labels
+#: and targets mapped by it (``permute_classes``); a correct attack gives the same distances
+PERM_SUFFIX = "~perm"
+#: twin suffixes, in the order ``--metamorphic`` adds them
+TWIN_SUFFIXES = (SHIFT_SUFFIX, PERM_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,46 @@ class LogitShift(nn.Module):
         return torch.log_softmax(self.model(x), dim=1)
 
 
+def class_permutation(num_classes: int) -> Tensor:
+    """The perm twin's fixed permutation σ of ``num_classes`` classes, (C,) int64: class k of the
+    base model is class σ[k] of the twin. One C-cycle conjugated by a seeded shuffle, so no class
+    keeps its index (a derangement: every label changes) and ``label + 1``-style index arithmetic
+    does not commute with it."""
+    order = torch.randperm(num_classes, generator=torch.Generator().manual_seed(20250))
+    perm = torch.empty(num_classes, dtype=torch.int64)
+    perm[order] = order.roll(-1)
+    return perm
+
+
+def permute_classes(classes: Tensor, num_classes: int) -> Tensor:
+    """Labels or targets (N,) of the base model as the perm twin's classes σ[classes]."""
+    return class_permutation(num_classes).to(classes.device)[classes]
+
+
+class LogitPermutation(nn.Module):
+    """Metamorphic twin: the model's logits with class k moved to index σ[k]
+    (``class_permutation``). Decisions are the same up to renaming classes, so an attack that
+    handles labels correctly (given σ-mapped labels and targets) finds the same distances; one
+    that does index arithmetic on labels, or aims at a fixed class, does not."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.model(x)
+        inverse = torch.argsort(class_permutation(logits.shape[1]).to(logits.device))
+        return logits[:, inverse]
+
+
+def twin_of(name: str) -> str:
+    """The twin suffix ``name`` ends in ("" for a plain model)."""
+    return next((s for s in TWIN_SUFFIXES if name.endswith(s)), "")
+
+
 def model_names(include_twins: bool = False) -> list[str]:
     names = list(ZOO)
-    return names + [n + SHIFT_SUFFIX for n in names] if include_twins else names
+    return names + [n + s for s in TWIN_SUFFIXES for n in names] if include_twins else names
 
 
 @lru_cache(maxsize=1)
@@ -69,8 +111,9 @@ def metadata() -> dict:
 
 
 def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
-    """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin."""
-    base = name[: -len(SHIFT_SUFFIX)] if name.endswith(SHIFT_SUFFIX) else name
+    """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin, ``NAME~perm`` its
+    class-permutation twin."""
+    base = name.removesuffix(twin_of(name))
     if base not in ZOO:
         raise KeyError(f"unknown model {name!r}; the zoo has {', '.join(ZOO)}")
     entry = ZOO[base]
@@ -81,4 +124,6 @@ def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     if name.endswith(SHIFT_SUFFIX):
         model = LogitShift(model)
+    elif name.endswith(PERM_SUFFIX):
+        model = LogitPermutation(model)
     return model.to(device).eval()

@@ -1,0 +1,79 @@
+"""Strength expectations: the optimality each attack family reaches in AttackBench's published
+results (``expectations.json``, cited there), and the ``below_expected_strength`` flag.
+
+An implementation of a *strong* family (published optimality ≥ ``strong_threshold``) that falls
+far below both that expectation and the best implementation of its norm on the user's models is
+a defect, not a design choice: it is flagged and never trusted (fidelity/README.md).
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .optimality import global_optimality
+
+#: "far below": global ξ under this fraction of the family's published optimality AND under this
+#: fraction of the best global ξ of its norm here (README: sound strong implementations measure
+#: ≥ 0.8 on the demo, broken ones ≤ 0.1)
+STRENGTH_FRACTION = 0.5
+EXPECTATIONS_FILE = Path(__file__).with_name("expectations.json")
+
+
+@lru_cache(maxsize=1)
+def expectations() -> dict:
+    """The parsed ``expectations.json``: ``families[family][norm]["optimality"]`` and the source."""
+    return json.loads(EXPECTATIONS_FILE.read_text(encoding="utf-8"))
+
+
+def expected(family: str, norm: str) -> float | None:
+    """AttackBench's published optimality of ``family`` under ``norm`` (best implementation), or None."""
+    entry = expectations()["families"].get(str(family), {}).get(str(norm))
+    return float(entry["optimality"]) if entry else None
+
+
+def is_strong(family: str, norm: str) -> bool:
+    """Whether AttackBench publishes ``family`` under ``norm`` as strong (≥ ``strong_threshold``)."""
+    e = expected(family, norm)
+    return e is not None and e >= float(expectations()["strong_threshold"])
+
+
+def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
+    """Per (norm, implementation, library_version) of ``global_optimality`` rows: ``expected``
+    (published, NaN when unknown), ``best_in_norm`` (best global ξ of the norm here, and
+    ``best_in_norm_impl``), and ``below_expected`` (bool)."""
+    g = global_opt.copy()
+    if g.empty:
+        return g.assign(expected=[], best_in_norm=[], best_in_norm_impl=[], below_expected=[])
+    g["expected"] = [expected(f, n) if expected(f, n) is not None else np.nan for f, n in zip(g["family"], g["norm"])]
+    opt = g["optimality"].astype(float)
+    best = opt.groupby(g["norm"]).transform("max")
+    order = g.assign(_o=opt.fillna(-1.0)).sort_values(["norm", "_o", "implementation"], ascending=[True, False, True])
+    top = order.drop_duplicates("norm").set_index("norm")["implementation"]
+    g["best_in_norm"] = best
+    g["best_in_norm_impl"] = g["norm"].map(top)
+    strong = np.array([is_strong(f, n) for f, n in zip(g["family"], g["norm"])], dtype=bool)
+    # NaN ξ (degenerate: nothing to measure) says nothing, so it never flags
+    g["below_expected"] = (strong & (opt < STRENGTH_FRACTION * g["expected"])
+                           & (opt < STRENGTH_FRACTION * best)).fillna(False).astype(bool)
+    return g
+
+
+def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | None = None) -> list[dict]:
+    """``below_expected_strength`` findings (``model == "*"``) for a prepared table without twins."""
+    if table.empty:
+        return []
+    g = strength_findings(global_optimality(table, eps_max))
+    out = []
+    for r in g[g["below_expected"]].itertuples(index=False):
+        out.append({"model": "*", "norm": r.norm, "implementation": r.implementation,
+                    "library_version": r.library_version, "flag": "below_expected_strength", "evidence": (
+                        f"global ξ {r.optimality:.3f} over {r.n_models} models, below half of both the optimality "
+                        f"AttackBench publishes for {r.family} under {r.norm} ({r.expected:.3f}) and the best "
+                        f"attack of {r.norm} here ({r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}): a strong family "
+                        f"implemented far from its strength")})
+    return out
