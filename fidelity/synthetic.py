@@ -44,7 +44,7 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
         "params_hash": "p", "params": json.dumps({}), "targeted": targeted, "target": -1, "budget": budget,
         "forwards": _per_sample(forwards, n, float).astype(int),
         "backwards": _per_sample(backwards, n, float).astype(int),
-        "refused": _per_sample(refused, n, float).astype(int), "best_distance": best, **other,
+        "refused": _per_sample(refused, n, float).astype(int), "best_dropped": 0, "best_distance": best, **other,
         "returned_distance": ret, "returned_adversarial": np.isfinite(ret),
         "status": _per_sample(status, n, object), "error": _per_sample(error, n, object), "wall_s": wall_s,
     })[ROW_COLUMNS]

@@ -3,6 +3,11 @@
 Per sample: start at a norm-specific ε, double until the attack succeeds, then bisect between
 the largest failing and the smallest successful ε, all inside the one query budget the
 QueryTracker enforces. The adversarial found at the smallest successful ε is returned.
+
+One budget for everyone: the search's own success check of each returned batch is a forward
+through the QueryTracker, charged to its samples like any attack query (so a fixed-ε attack pays
+for the steering a minimum-norm attack pays for too); the check of the clean inputs is the
+tracker's clean logits, which no attack pays for.
 """
 from __future__ import annotations
 
@@ -31,9 +36,12 @@ def eps_ceiling(norm: str, dim: int) -> float:
 def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: Tensor, norm: str,
                    is_success: SuccessCheck, queries: Callable[[], Tensor], budget: int,
                    per_sample_eps: bool = False, max_rounds: int = 14,
-                   eps_start: float | None = None) -> Tensor:
+                   eps_start: float | None = None, clean_adversarial: Tensor | None = None) -> Tensor:
     """Smallest-ε adversarials found by ``attack(idx, x, eps)`` (``eps`` a float or an |idx| tensor).
 
+    ``is_success`` should be a counted query (the harness checks through the tracker); what it
+    costs is part of a call's cost. ``clean_adversarial`` (N bools): which clean inputs already are
+    adversarial (the tracker's clean logits); None asks ``is_success``.
     ``queries()`` returns the per-sample queries spent so far (the tracker's counts); a sample is
     no longer attacked once its remaining budget is below what one call has cost it. Returns the
     adversarial at the smallest successful ε per sample (the input itself where none succeeded).
@@ -46,7 +54,9 @@ def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: T
     hi = torch.full((n,), float("inf"))
     best = inputs.clone()
     cost = torch.zeros(n)  # most queries one call has cost each sample
-    active = ~is_success(inputs, torch.arange(n))
+    if clean_adversarial is None:
+        clean_adversarial = is_success(inputs, torch.arange(n))
+    active = ~clean_adversarial.cpu()
     for _ in range(max_rounds):
         remaining = budget - queries().cpu().float()
         active &= remaining > cost
@@ -58,9 +68,10 @@ def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: T
             before = queries().cpu().clone()
             e = eps[idx] if per_sample_eps else float(eps[idx[0]])
             adv = attack(idx, inputs[idx], e).detach()
+            succeeded = is_success(adv, idx).cpu()
             cost[idx] = torch.maximum(cost[idx], (queries().cpu() - before)[idx].float())
             dist = lp_norm((adv - inputs[idx]).float(), norm).cpu()
-            ok = is_success(adv, idx).cpu() & (dist <= eps[idx] * (1 + EPS_SLACK) + 1e-6)
+            ok = succeeded & (dist <= eps[idx] * (1 + EPS_SLACK) + 1e-6)
             hi[idx[ok]] = torch.minimum(hi[idx[ok]], eps[idx[ok]])
             lo[idx[~ok]] = torch.maximum(lo[idx[~ok]], eps[idx[~ok]])
             best[idx[ok]] = adv[ok].to(best.dtype)

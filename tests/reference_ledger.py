@@ -192,3 +192,19 @@ class ReferenceLedger(nn.Module):
             for k, (d, point) in enumerate(entries):
                 points[i, k], dist[i, k] = point, d
         return points, dist
+
+
+def same(a: Tensor, b: Tensor) -> bool:
+    """Bit-for-bit equal, NaN equal to NaN (an answer to a NaN row is NaN in both)."""
+    return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def assert_agree(t, ref: ReferenceLedger, where: str = "") -> None:
+    """The tracker ``t`` and the ledger agree exactly: counts, refusals, kept candidates."""
+    assert t.forwards.tolist() == ref.forwards, where
+    assert t.backwards.tolist() == ref.backwards, where
+    assert t.refused.tolist() == ref.refused, where
+    points, dist = t.kept
+    ref_points, ref_dist = ref.kept_tensors()
+    assert torch.equal(dist, ref_dist), (where, dist, ref_dist)
+    assert torch.equal(points, ref_points), where

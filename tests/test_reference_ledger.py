@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import attackaudit.tracker as tracker_module
 from attackaudit.tracker import BOX_TOLERANCE, QueryTracker
-from reference_ledger import ReferenceLedger
+from reference_ledger import ReferenceLedger, assert_agree, same
 
 NORMS = ("l0", "l1", "l2", "linf")
 
@@ -87,21 +87,6 @@ def _query(kind: str, seed: int, size: float, walk: torch.Tensor, x: torch.Tenso
     raise AssertionError(kind)
 
 
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-for-bit equal, NaN equal to NaN (an answer to a NaN row is NaN in both)."""
-    return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-
-
-def _agree(t: QueryTracker, ref: ReferenceLedger, where: str) -> None:
-    assert t.forwards.tolist() == ref.forwards, where
-    assert t.backwards.tolist() == ref.backwards, where
-    assert t.refused.tolist() == ref.refused, where
-    points, dist = t.kept
-    ref_points, ref_dist = ref.kept_tensors()
-    assert torch.equal(dist, ref_dist), (where, dist, ref_dist)
-    assert torch.equal(points, ref_points), where
-
-
 def run_stream(cnn, x, y, norm, budget, ops, deferred, targeted=False):
     """Feed one stream to both; compare after every query and at the end (offer, recheck)."""
     targets = ((y + 1) % 10) if targeted else None
@@ -123,13 +108,13 @@ def run_stream(cnn, x, y, norm, budget, ops, deferred, targeted=False):
         t.expect(None)
         ref.expect(None)
         if step % 5 == 4:  # reading results mid-stream processes the deferred window early
-            _agree(t, ref, f"step {step} {kind}")
+            assert_agree(t, ref, f"step {step} {kind}")
     final = walk.clamp(0, 1)
     t.offer(final)
     ref.offer(final)
-    _agree(t, ref, "after offer")
+    assert_agree(t, ref, "after offer")
     assert t.recheck().tolist() == ref.recheck()
-    _agree(t, ref, "after recheck")
+    assert_agree(t, ref, "after recheck")
     return t, ref
 
 

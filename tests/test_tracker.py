@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 import torchattacks
 
-from attackaudit.tracker import QueryTracker
+from attackaudit.tracker import BOX_TOLERANCE, QueryTracker
+from reference_ledger import ReferenceLedger, assert_agree
 
 
 def fgsm(model, x, y, eps):
@@ -51,18 +52,21 @@ def test_backward_on_subset_counts_only_those_rows(cnn, subset8):
 def test_budget_is_never_exceeded_and_refusal_is_useless(cnn, subset8):
     x, y = subset8.inputs, subset8.labels
     t = QueryTracker(cnn, x, y, norm="linf", budget=11)
-    adv = x.clone()
-    for _ in range(10):
-        adv = fgsm(t, adv, y, 0.01)
-    assert (t.queries <= 11).all() and (t.queries == 11).all()
+    ref = ReferenceLedger(cnn, x, y, norm="linf", budget=11)
+    for model in (t, ref):
+        adv = x.clone()
+        for _ in range(10):
+            adv = fgsm(model, adv, y, 0.01)
+    assert t.forwards.tolist() == [6] * 8 and t.backwards.tolist() == [5] * 8
     assert (t.refused == 9).all()  # 10 forwards + 10 backwards wanted, 11 allowed
+    assert_agree(t, ref)
     # past the budget: the clean label wins and the gradient is zero
     xr = (x + 0.3).clamp(0, 1).requires_grad_(True)
     out = t(xr)
     assert (out.argmax(1) == y).all()
     out.sum().backward()
     assert xr.grad.abs().sum() == 0
-    assert (t.queries <= 11).all()
+    assert t.queries.tolist() == [11] * 8 and (t.refused == 11).all()
 
 
 def test_best_is_kept_when_last_iterate_is_worse(cnn, subset8):
@@ -95,14 +99,17 @@ def test_targeted_best_requires_reaching_the_target(cnn, subset8):
     targets = random_targets(y, 10, 0)
     assert (targets != y).all()
     t = QueryTracker(cnn, x, y, norm="l2", targeted=True, targets=targets)
-    torchattacks_pgd = torchattacks.PGDL2(t, eps=3.0, alpha=0.2, steps=40)
-    torchattacks_pgd.set_mode_targeted_by_label(quiet=True)
-    torchattacks_pgd(x, targets)
+    ref = ReferenceLedger(cnn, x, y, norm="l2", targeted=True, targets=targets)
+    for model in (t, ref):
+        torch.manual_seed(0)  # PGD's random start
+        torchattacks_pgd = torchattacks.PGDL2(model, eps=3.0, alpha=0.2, steps=40)
+        torchattacks_pgd.set_mode_targeted_by_label(quiet=True)
+        torchattacks_pgd(x, targets)
     found = torch.isfinite(t.best_distance)
     assert found.float().mean() >= 0.75
     with torch.no_grad():
         assert (cnn(t.best_adversarial[found]).argmax(1) == targets[found]).all()
-    assert (t.queries <= 2000).all() and (t.forwards >= 40).all()
+    assert_agree(t, ref)
 
 
 def test_clean_misclassified_have_distance_zero(cnn):
@@ -143,22 +150,19 @@ def _walk(x, steps, seed, scale):
         yield q
 
 
-def test_deferred_best_equals_one_query_at_a_time(cnn, subset8):
-    """The batched best-adversarial update gives exactly what a per-query update gives."""
+def test_deferred_best_equals_the_reference_ledger(cnn, subset8):
+    """The batched best-candidate update gives exactly what the rule gives one row at a time."""
     x, y = subset8.inputs, subset8.labels
-    for norm, scale in (("linf", 0.02), ("l2", 0.15), ("l1", 0.15)):
-        eager = QueryTracker(cnn, x, y, norm=norm)
-        eager._deferred_limit = 1  # every query's update done at once
+    for norm, scale in (("linf", 0.02), ("l2", 0.15), ("l1", 0.15), ("l0", 0.15)):
         batched = QueryTracker(cnn, x, y, norm=norm)
+        ref = ReferenceLedger(cnn, x, y, norm=norm)
         assert batched._deferred_limit > 20
         with torch.no_grad():
             for q in _walk(x, 60, 0, scale):
-                eager(q)
                 batched(q)
-        assert torch.isfinite(eager.best_distance).any(), norm
-        assert torch.equal(eager.best_distance, batched.best_distance), norm
-        assert torch.equal(eager.best_adversarial, batched.best_adversarial), norm
-        assert torch.equal(eager.queries, batched.queries), norm
+                ref(q)
+        assert torch.isfinite(batched.best_distance).any(), norm
+        assert_agree(batched, ref, norm)
 
 
 def test_rows_changed_in_place_after_the_query_do_not_change_the_best(cnn, subset8):
@@ -184,16 +188,21 @@ def test_iterates_that_travel_far_stay_with_their_sample(cnn, subset8):
     with them) are still counted one per sample, and the budget holds."""
     x, y = subset8.inputs, subset8.labels
     t = QueryTracker(cnn, x, y, norm="l2", budget=50)
+    ref = ReferenceLedger(cnn, x, y, norm="l2", budget=50)
     sep = torch.cdist(x.flatten(1), x.flatten(1)) + torch.eye(len(x)) * 1e9
     target = x.roll(3, 0)
     with torch.no_grad():
         for a in torch.linspace(0, 0.8, 40):  # each row ends nearer another digit than its own
             t(x + a * (target - x))
+            ref(x + a * (target - x))
+        further = (x + 0.81 * (target - x))[[2, 5]]  # a subset nearer other digits than its own:
+        t(further)                                   # charged by the previous query's rows
+        ref(further)
     end = (x + 0.8 * (target - x)).flatten(1)
     assert (torch.cdist(end, x.flatten(1)).argmin(1) != torch.arange(8)).all()
     assert ((end - x.flatten(1)).norm(dim=1) > sep.amin(1) / 2).all()
-    assert t.forwards.tolist() == [40] * 8
-    assert t.refused.sum() == 0
+    assert t.forwards.tolist() == [40, 40, 41, 40, 40, 41, 40, 40]
+    assert_agree(t, ref)
 
 
 class _CountingModel(torch.nn.Module):
@@ -262,3 +271,45 @@ def test_a_subset_hint_is_checked_not_trusted(cnn, subset8):
         assert torch.equal(t.best_distance, runs[0].best_distance)
         assert torch.equal(t.best_adversarial, runs[0].best_adversarial)
     assert torch.isfinite(runs[0].best_distance[sub]).any()
+
+
+class _TwoClassLinear(torch.nn.Module):
+    """logits = [0, w·x + b]: adversarial (class 1 for label 0) exactly where w·x + b > 0."""
+
+    def __init__(self, w: torch.Tensor, b: float):
+        super().__init__()
+        self.w, self.b = w, b
+
+    def forward(self, x):
+        z = x.flatten(1) @ self.w + self.b
+        return torch.stack([torch.zeros_like(z), z], 1)
+
+
+def test_recheck_drops_a_best_that_only_the_unclamped_row_made_adversarial():
+    """A minimum-norm attack that steps just outside the box (within the tolerance) where the
+    outside coordinate carries it over the boundary: the raw row is adversarial, its clamped point
+    is not. ``recheck`` falls back to the next kept candidate, which is; a sound attack that stays
+    inside the box loses nothing."""
+    w = torch.zeros(4)
+    w[0], w[1] = 1e4, 1.0
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).view(1, 1, 2, 2)
+    model = _TwoClassLinear(w, -1e4 - 0.05)  # clean: 1e4 - 1e4 - 0.05 < 0, label 0
+    y = torch.tensor([0])
+    far = x.clone().view(-1)
+    far[1] = 0.5  # w·x + b = 0.45 > 0: adversarial at L2 distance 0.5
+    near = x.clone().view(-1)
+    near[0] = 1 + 0.9 * BOX_TOLERANCE  # +0.09 on the raw row, lost when clamped to 1
+    near[1] = 0.01  # w·x + b = 0.09 - 0.05 + 0.01 > 0 raw; 0.01 - 0.05 < 0 once clamped
+    for queries, dropped, best in (([far, near], 1, 0.5), ([far], 0, 0.5)):
+        t = QueryTracker(model, x, y, norm="l2")
+        ref = ReferenceLedger(model, x, y, norm="l2")
+        with torch.no_grad():
+            for q in queries:
+                t(q.view(1, 1, 2, 2))
+                ref(q.view(1, 1, 2, 2))
+        assert_agree(t, ref)
+        assert t.recheck().tolist() == [dropped] == ref.recheck()
+        assert_agree(t, ref)
+        assert torch.allclose(t.best_distance, torch.tensor([best]))
+        with torch.no_grad():
+            assert model(t.best_adversarial).argmax(1).item() == 1
