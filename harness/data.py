@@ -1,7 +1,9 @@
 """Evaluation data: the embedded digits set and the hashed evaluation subset.
 
 Every job of a run sees the same subset; its SHA-256 over the exact input bytes and labels is
-recorded so two runs can prove they attacked the same samples.
+recorded so two runs can prove they attacked the same samples. Subsets nest: with one seed, the
+first k samples of an n-sample subset are the k-sample subset (``--samples 64`` extends a run of
+16), because a subset is a prefix of one seeded permutation of the dataset.
 """
 from __future__ import annotations
 
@@ -66,15 +68,16 @@ def subset_hash(inputs: Tensor, labels: Tensor) -> str:
 
 
 def subset_indices(n: int, size: int, seed: int) -> np.ndarray:
-    """``size`` of ``n`` sample indices chosen by ``seed`` (sorted, without replacement)."""
+    """``size`` of ``n`` sample indices chosen by ``seed``: the first ``size`` of one seeded
+    permutation of 0…n−1, in that order, so that smaller subsets are prefixes of larger ones."""
     if size <= 0:
         raise ValueError(f"--samples must be positive, got {size}")
     size = min(size, n)
-    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    return np.random.default_rng(seed).permutation(n)[:size]
 
 
 def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset: str) -> Subset:
-    """Choose ``size`` samples by ``seed`` (sorted indices, without replacement) and hash them."""
+    """Choose ``size`` samples by ``seed`` (``subset_indices``) and hash them."""
     indices = subset_indices(len(labels), size, seed)
     idx = torch.from_numpy(indices)
     x, y = inputs[idx].contiguous(), labels[idx].contiguous()

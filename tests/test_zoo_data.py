@@ -70,6 +70,21 @@ def test_subset_is_seeded_and_hashed():
     assert subset_hash(x, a.labels) != a.hash
 
 
+def test_subsets_nest():
+    """With one seed the first k samples of an n-sample subset are the k-sample subset, in order,
+    for every k (``--samples 64`` extends a run of 16); another seed draws another subset."""
+    from attackaudit.data import subset_indices
+
+    big = load_subset("digits", 64, 5)
+    for k in (1, 7, 16, 63):
+        small = load_subset("digits", k, 5)
+        assert (small.indices == big.indices[:k]).all()
+        assert torch.equal(small.inputs, big.inputs[:k]) and torch.equal(small.labels, big.labels[:k])
+    assert len(set(big.indices.tolist())) == 64
+    assert not (load_subset("digits", 16, 6).indices == big.indices[:16]).all()
+    assert (subset_indices(10, 50, 0) == subset_indices(10, 10, 0)).all()  # capped at the dataset
+
+
 def test_targets_differ_from_labels_and_are_seeded():
     y = torch.arange(10).repeat(5)
     t1, t2 = random_targets(y, 10, 0), random_targets(y, 10, 0)
