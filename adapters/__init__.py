@@ -3,10 +3,16 @@
 A library that is missing or fails to import is listed as unavailable with the reason; it never
 raises ``ImportError`` at the caller. Third-party specs come from the entry-point group
 ``attackaudit.adapters`` (a callable returning specs) or from ``--plugin FILE`` (a module
-defining ``specs()``).
+defining ``specs()``). Both are validated when loaded (``spec_problem``, a name of their own,
+unique keys): a broken ``--plugin`` file raises ``PluginError`` (one line), a broken entry point
+is listed as unavailable with the reason, as a library that fails to import is.
+
+A plugin file's identity is its ``PluginSource``: the SHA-256 of the file's bytes and the
+version it records, so an edited plugin (or an upgraded library it wraps) gives new job ids.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -15,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .spec import KINDS, NORMS, AttackFn, AttackSpec
+from .spec import KINDS, NORMS, AttackFn, AttackSpec, FixedEpsAttack, MinimalAttack, spec_problem
 
-__all__ = ["AttackSpec", "AttackFn", "NORMS", "KINDS", "LibraryEntry", "BUILTIN_LIBRARIES",
-           "load_library", "catalogue", "load_plugin_file", "PluginError"]
+__all__ = ["AttackSpec", "AttackFn", "MinimalAttack", "FixedEpsAttack", "NORMS", "KINDS", "LibraryEntry",
+           "BUILTIN_LIBRARIES", "load_library", "catalogue", "load_plugin_file", "PluginError",
+           "PluginSource", "spec_problem"]
 
 #: built-in adapter module -> the distribution whose version is recorded
 BUILTIN_LIBRARIES = {
@@ -29,9 +36,38 @@ BUILTIN_LIBRARIES = {
     "cleverhans": "cleverhans",
 }
 
+#: separates a plugin file's path from its fingerprint in a pinned reference (``PluginSource.ref``)
+_PIN = "#fingerprint="
+
 
 class PluginError(ValueError):
-    """A plugin file or entry point could not be loaded."""
+    """A plugin file or entry point could not be loaded (one line, naming the file)."""
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """The code behind a ``--plugin`` file's specs.
+
+    ``version`` is what results record as ``library_version``: the installed version of the
+    distribution named by the module's ``__distribution__``, else its ``__version__``, else
+    ``"plugin"``. ``fingerprint`` covers the file's bytes, that version and the plugin's own
+    ``__version__``: it changes when the file is edited or the wrapped library upgraded.
+    """
+
+    path: str
+    sha256: str
+    version: str
+    plugin_version: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        blob = f"{self.sha256}\n{self.version}\n{self.plugin_version}".encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def ref(self) -> str:
+        """``PATH#fingerprint=F``: loading it fails over to "unavailable" if the file changed."""
+        return f"{self.path}{_PIN}{self.fingerprint}"
 
 
 @dataclass
@@ -41,6 +77,7 @@ class LibraryEntry:
     available: bool
     reason: str = ""
     specs: list[AttackSpec] = field(default_factory=list)
+    plugin: PluginSource | None = None  # set for the specs of a --plugin file
 
 
 def _version(distribution: str) -> str:
@@ -59,61 +96,135 @@ def load_library(library: str) -> LibraryEntry:
         module = importlib.import_module(f"attackaudit.adapters.{library}")
         specs = list(module.specs())
     except Exception as exc:  # a broken third-party install is data, not a crash
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return LibraryEntry(library, version, False, reason)
+        return LibraryEntry(library, version, False, _one_line(exc))
     return LibraryEntry(library, version, True, "", specs)
 
 
-def _entries_from_specs(specs: Iterable[AttackSpec], version: str) -> list[LibraryEntry]:
+def _one_line(exc: BaseException) -> str:
+    lines = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _validated_entries(specs: object, version: str, origin: str,
+                       plugin: PluginSource | None = None) -> list[LibraryEntry]:
+    """Group ``specs`` by library after checking each; raises PluginError naming ``origin``."""
+    if isinstance(specs, (str, bytes)) or not isinstance(specs, Iterable):
+        raise PluginError(f"{origin}: specs() returned {type(specs).__name__}, expected a list of AttackSpec")
     by_library: dict[str, LibraryEntry] = {}
+    keys: set[str] = set()
     for spec in specs:
         if not isinstance(spec, AttackSpec):
-            raise PluginError(f"plugin returned {type(spec).__name__}, expected AttackSpec")
-        entry = by_library.setdefault(spec.library, LibraryEntry(spec.library, version, True))
+            raise PluginError(f"{origin}: specs() returned a {type(spec).__name__}, expected AttackSpec")
+        problem = spec_problem(spec)
+        if problem:
+            raise PluginError(f"{origin}: {problem}")
+        if spec.library in BUILTIN_LIBRARIES:
+            raise PluginError(f"{origin}: library name {spec.library!r} is a built-in library's; "
+                              "give the plugin's specs a library name of their own")
+        if spec.key in keys:
+            raise PluginError(f"{origin}: two specs have the key {spec.key}; give one a variant= to tell them apart")
+        keys.add(spec.key)
+        entry = by_library.setdefault(spec.library, LibraryEntry(spec.library, version, True, plugin=plugin))
         entry.specs.append(spec)
+    if not by_library:
+        raise PluginError(f"{origin}: specs() returned no AttackSpec")
     return list(by_library.values())
 
 
+def _split_pin(path: str | Path) -> tuple[Path, str]:
+    text = str(path)
+    if _PIN in text:
+        text, _, fingerprint = text.rpartition(_PIN)
+        return Path(text), fingerprint
+    return Path(text), ""
+
+
+def _recorded_version(module: object, origin: str) -> tuple[str, str]:
+    """(library_version, the plugin's own __version__) of a loaded plugin module."""
+    own = str(getattr(module, "__version__", "") or "")
+    distribution = getattr(module, "__distribution__", None)
+    if distribution:
+        try:
+            return importlib.metadata.version(str(distribution)), own
+        except importlib.metadata.PackageNotFoundError:
+            raise PluginError(f"{origin}: __distribution__ = {distribution!r} is not installed; "
+                              "install it or correct the name") from None
+    return own or "plugin", own
+
+
 def load_plugin_file(path: str | Path) -> list[LibraryEntry]:
-    """Load ``specs()`` from a Python file; the module's ``__version__`` is the recorded version."""
-    path = Path(path)
+    """Load and validate ``specs()`` from a Python file; raises PluginError (one line).
+
+    ``path`` may be pinned as ``PluginSource.ref``; if the file no longer has that fingerprint
+    (edited while a run was going), its libraries are returned unavailable, with the reason.
+    """
+    path, pinned = _split_pin(path)
+    origin = f"plugin file {path}"
     if not path.is_file():
-        raise PluginError(f"plugin file {path} does not exist; pass the path of a .py file defining specs()")
+        raise PluginError(f"{origin} does not exist; pass the path of a .py file defining specs()")
+    source = path.read_bytes()
     name = f"attackaudit_plugin_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise PluginError(f"plugin file {path} is not an importable Python file")
-    module = importlib.util.module_from_spec(spec)
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise PluginError(f"{origin} is not an importable Python file")
+    module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        module_spec.loader.exec_module(module)
     except Exception as exc:
-        raise PluginError(f"plugin file {path} failed to import: {type(exc).__name__}: {exc}") from None
+        raise PluginError(f"{origin} failed to import: {_one_line(exc)}") from None
     if not callable(getattr(module, "specs", None)):
-        raise PluginError(f"plugin file {path} defines no specs() function")
-    return _entries_from_specs(module.specs(), str(getattr(module, "__version__", "plugin")))
+        raise PluginError(f"{origin} defines no specs() function")
+    version, own = _recorded_version(module, origin)
+    plugin = PluginSource(str(path.resolve()), hashlib.sha256(source).hexdigest(), version, own)
+    try:
+        specs = list(module.specs())
+    except Exception as exc:  # ImportError of the wrapped library included: the user's to fix
+        raise PluginError(f"{origin}: specs() raised {_one_line(exc)}") from None
+    entries = _validated_entries(specs, version, origin, plugin)
+    if pinned and pinned != plugin.fingerprint:
+        reason = (f"{origin} changed since the run was planned (fingerprint {pinned}, now "
+                  f"{plugin.fingerprint}); rerun the command")
+        return [LibraryEntry(e.library, version, False, reason, plugin=plugin) for e in entries]
+    return entries
 
 
 def _entry_point_entries() -> list[LibraryEntry]:
+    """Entry-point plugins, validated as plugin files are; a broken one is listed unavailable."""
     entries: list[LibraryEntry] = []
     for ep in importlib.metadata.entry_points(group="attackaudit.adapters"):
+        version = ep.dist.version if ep.dist is not None else "plugin"
         try:
             factory = ep.load()
-            dist_version = ep.dist.version if ep.dist is not None else "plugin"
-            entries.extend(_entries_from_specs(factory(), dist_version))
+            if not callable(factory):
+                raise PluginError(f"entry point {ep.name} ({ep.value}) is not callable")
+            try:
+                specs = list(factory())
+            except Exception as exc:
+                raise PluginError(f"entry point {ep.name}: {ep.value}() raised {_one_line(exc)}") from None
+            entries.extend(_validated_entries(specs, version, f"entry point {ep.name} ({ep.value})"))
         except Exception as exc:
-            entries.append(LibraryEntry(ep.name, "unknown", False, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            reason = str(exc) if isinstance(exc, PluginError) else _one_line(exc)
+            entries.append(LibraryEntry(ep.name, version, False, reason))
     return entries
 
 
 def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Path] = ()) -> list[LibraryEntry]:
     """Every library's entry: built-ins, entry-point plugins and plugin files.
 
-    ``libraries`` filters by library name (built-in or plugin).
+    ``libraries`` filters by library name (built-in or plugin). A plugin file that cannot be
+    loaded, or whose library name another entry already uses, raises PluginError.
     """
     entries = [load_library(name) for name in BUILTIN_LIBRARIES if libraries is None or name in libraries]
     extra = _entry_point_entries()
+    owners = {e.library: f"entry point {e.library}" for e in extra}
     for path in plugins:
-        extra.extend(load_plugin_file(path))
+        loaded = load_plugin_file(path)
+        for e in loaded:
+            if e.library in owners:
+                raise PluginError(f"plugin file {_split_pin(path)[0]}: library name {e.library!r} is already "
+                                  f"used by {owners[e.library]}; give the plugin's specs a library name of their own")
+            owners[e.library] = f"plugin file {_split_pin(path)[0]}"
+        extra.extend(loaded)
     entries.extend(e for e in extra if libraries is None or e.library in libraries)
     return entries

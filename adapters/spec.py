@@ -1,20 +1,69 @@
-"""The one attack signature every adapter normalises to."""
+"""The one attack signature every adapter normalises to, and the checks a spec must pass.
+
+Two call signatures, one per ``kind``: :class:`MinimalAttack` (finds the smallest perturbation
+itself) and :class:`FixedEpsAttack` (an ε budget; the harness's minimal-ε search calls it with
+growing, then bisected ε). Both are typing ``Protocol``s: any callable with that signature is one.
+"""
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
+import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, Union
 
 import torch
 from torch import Tensor, nn
 
-#: ``run(model, inputs, labels, *, targeted=False, targets=None[, eps]) -> adversarial inputs``.
-#: inputs: N×C×H×W float in [0, 1]; labels: N int64; returns N×C×H×W in [0, 1].
-#: ``kind="fixed"`` attacks also take ``eps`` (a float, or a length-N tensor when
-#: ``per_sample_eps`` is true).
-AttackFn = Callable[..., Tensor]
+
+class MinimalAttack(Protocol):
+    """``kind="minimal"``: called once per batch, returns its smallest adversarials.
+
+    - ``model``: the QueryTracker, an ``nn.Module`` wrapping the model (in eval mode) on the
+      job's device; ``model(x)`` returns N×K float logits and is differentiable in ``x``. Every forward
+      and backward row is charged to the sample it is closest to; past the per-sample budget the
+      rows of that sample get a non-adversarial output and a zero gradient.
+    - ``inputs``: N×C×H×W float32 on the job's device, values in [0, 1]; a private copy (an
+      in-place change does no harm).
+    - ``labels``: N int64 on the same device, the true classes.
+    - ``targeted``/``targets``: passed only in ``--targeted`` runs, as ``targeted=True`` and
+      N int64 target classes (never equal to ``labels``) on the same device; success then means
+      reaching ``targets``. Untargeted runs pass neither, so both need these defaults. A spec
+      with ``targeted_support=False`` is never called targeted.
+    - returns N×C×H×W float (same shape as ``inputs``), finite, in [0, 1]; anything else makes
+      the job ``invalid``. Success is re-checked on the unwrapped model, never trusted.
+    """
+
+    def __call__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
+                 targets: Tensor | None = None) -> Tensor: ...
+
+
+class FixedEpsAttack(Protocol):
+    """``kind="fixed"``: an attack within an ε ball, called by the minimal-ε search.
+
+    The search (``harness/minimal.py``) calls it many times per batch (up to 14 rounds; one call
+    per round, or one per distinct ε when ε is a float), each time on the subset of the batch
+    still being searched, so N varies between calls; ε doubles from a norm-specific start until
+    success, then is bisected. Arguments are as in
+    :class:`MinimalAttack`, plus ``eps``:
+
+    - ``per_sample_eps=False`` (the default): ``eps`` is a Python ``float``, one ε for all N rows.
+    - ``per_sample_eps=True``: ``eps`` is a float32 tensor of shape (N,), one ε per row, **on the
+      CPU** whatever the job's device (move it: ``eps.to(inputs.device)``).
+
+    ε is in the spec's norm on [0, 1] inputs (L0: a number of pixels). A returned row counts as
+    a success at ε only if it is adversarial and its distance is at most ε (0.1% slack): project
+    onto the ball. The search spends the same query budget as one minimal call.
+    """
+
+    def __call__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float | Tensor,
+                 targeted: bool = False, targets: Tensor | None = None) -> Tensor: ...
+
+
+#: what ``AttackSpec.run`` is: a MinimalAttack or a FixedEpsAttack, according to ``kind``
+AttackFn = Union[MinimalAttack, FixedEpsAttack]
 
 NORMS = ("l0", "l1", "l2", "linf")
 KINDS = ("minimal", "fixed")
@@ -73,12 +122,86 @@ class AttackSpec:
         run = functools.partial(self.run.func, *self.run.args, **{**self.run.keywords, **overrides})
         return replace(self, params={**self.params, **overrides}, run=run)
 
+    def steps_at(self, factor: float) -> int | None:
+        """The iterations the spec runs at ``--steps-scale factor``; None when it has no steps_param."""
+        scaled = self.scaled(factor)
+        return scaled.params[self.steps_param] if self.steps_param in scaled.params else None
+
     def scaled(self, factor: float) -> "AttackSpec":
         """The same spec with its iteration count scaled by ``factor`` (for quick runs and tests)."""
         if not self.steps_param or factor == 1 or not isinstance(self.run, functools.partial):
             return self
         steps = self.params[self.steps_param]
         return self.with_params(**{self.steps_param: max(1, int(round(steps * factor)))})
+
+
+_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def spec_problem(spec: AttackSpec) -> str:
+    """Why ``spec`` cannot run as declared (one line), or ``""`` when it can.
+
+    Checked: norm and kind; a library name usable in keys and file names; ``steps_param``
+    naming a positive integer of ``params``; every key of ``params`` being a keyword of a
+    ``functools.partial`` ``run`` with the same value (so ``--steps-scale`` and ``with_params``
+    reach the attack, and the recorded params are the ones it runs with); and ``run`` accepting
+    the call of its kind (``FixedEpsAttack`` takes ``eps``; ``targeted``/``targets`` unless
+    ``targeted_support`` is false).
+    """
+    where = f"attack {spec.key}"
+    if spec.norm not in NORMS:
+        return f"{where}: norm {spec.norm!r} is not one of {', '.join(NORMS)}"
+    if spec.kind not in KINDS:
+        return f"{where}: kind {spec.kind!r} is not one of {', '.join(KINDS)}"
+    if not _LIBRARY_NAME.fullmatch(spec.library or ""):
+        return f"{where}: library name {spec.library!r} must be letters, digits, '_', '.' or '-'"
+    if not spec.name:
+        return f"{where}: name is empty"
+    if not callable(spec.run):
+        return f"{where}: run is {type(spec.run).__name__}, not callable"
+    if spec.steps_param:
+        if spec.steps_param not in spec.params:
+            return (f"{where}: steps_param {spec.steps_param!r} is not a key of params "
+                    f"({', '.join(map(repr, spec.params)) or 'empty'}); --steps-scale would do nothing")
+        steps = spec.params[spec.steps_param]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            return f"{where}: params[{spec.steps_param!r}] = {steps!r} is not a positive integer number of steps"
+    if spec.params:
+        if not isinstance(spec.run, functools.partial):
+            return (f"{where}: run is not a functools.partial, so its params cannot be overridden; "
+                    f"write run=functools.partial(fn, **params)")
+        for key, value in spec.params.items():
+            if key not in spec.run.keywords:
+                return (f"{where}: params[{key!r}] is not a keyword of its functools.partial run; "
+                        f"write run=functools.partial(fn, **params)")
+            if not _same(spec.run.keywords[key], value):
+                return (f"{where}: params[{key!r}] = {value!r} but run passes {spec.run.keywords[key]!r}; "
+                        f"the recorded params must be those it runs with")
+    return _signature_problem(spec, where)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a is b or a == b)
+    except Exception:  # e.g. tensors of several elements: identity is the only safe answer
+        return False
+
+
+def _signature_problem(spec: AttackSpec, where: str) -> str:
+    try:
+        signature = inspect.signature(spec.run)
+    except (TypeError, ValueError):  # builtins without a signature: the call itself will tell
+        return ""
+    keywords: dict[str, Any] = {"eps": 0.0} if spec.kind == "fixed" else {}
+    if spec.targeted_support:
+        keywords |= {"targeted": True, "targets": None}
+    try:
+        signature.bind(None, None, None, **keywords)
+    except TypeError as exc:
+        protocol = "FixedEpsAttack" if spec.kind == "fixed" else "MinimalAttack"
+        called = ", ".join(["model, inputs, labels", *(f"{k}=..." for k in keywords)])
+        return f"{where}: run cannot be called as run({called}) ({exc}); see {protocol}"
+    return ""
 
 
 def num_classes(model: nn.Module, inputs: Tensor) -> int:

@@ -48,12 +48,33 @@ def cmd_attacks(args: argparse.Namespace) -> int:
                          "key": s.key, "implementation": s.implementation, "family": s.family,
                          "norm": s.norm, "kind": s.kind, "params": dict(s.params),
                          "targeted_support": s.targeted_support, "available": True,
+                         "steps_param": s.steps_param, "steps_scale": _steps_scale_effect(s),
+                         **({"plugin": e.plugin.path, "fingerprint": e.plugin.fingerprint} if e.plugin else {}),
                          **({"note": s.note} if s.note else {})})
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
-    else:
-        _print_table(rows, ["key", "family", "kind", "library_version", "available"])
+        return 0
+    _print_table(rows, ["key", "family", "kind", "library_version", "available"])
+    for e in entries:
+        if e.plugin is not None:  # what a plugin author needs to check: params as recorded, steps scaling
+            print(f"\nplugin {e.plugin.path}: library {e.library}, version {e.version}, "
+                  f"fingerprint {e.plugin.fingerprint}")
+            _print_table([{**r, "params": json.dumps(r.get("params", {}), default=str),
+                           "--steps-scale": r.get("steps_scale", "")}
+                          for r in rows if r.get("plugin") == e.plugin.path and r["library"] == e.library],
+                         ["key", "params", "--steps-scale"])
     return 0
+
+
+def _steps_scale_effect(spec) -> str:
+    """What ``--steps-scale s`` does to ``spec``, with the presets' factors as examples."""
+    from .config import PRESETS
+
+    if spec.steps_at(1.0) is None:
+        return "none: no steps_param, same iterations at any scale"
+    examples = ", ".join(f"{name} ×{preset['steps_scale']:g}: {spec.steps_at(preset['steps_scale'])}"
+                         for name, preset in PRESETS.items() if "steps_scale" in preset)
+    return f"{spec.steps_param}={spec.steps_at(1.0)} × s, rounded, at least 1 ({examples})"
 
 
 # -- models --------------------------------------------------------------------------------

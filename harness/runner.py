@@ -30,29 +30,38 @@ class Plan:
     subset_hash: str
     specs: dict[str, dict] = field(default_factory=dict)
     subset: object = None        # the attacked samples (attackaudit.data.Subset)
+    notes: list[str] = field(default_factory=list)  # --plugin attacks the filters left out, said on stderr
+    plugin_fingerprints: dict[str, str] = field(default_factory=dict)  # plugin file -> fingerprint
+
+
+def _excluded_by(spec, config: RunConfig) -> str:
+    """The name filter (--families, --norms, --attacks) that leaves ``spec`` out, or ''."""
+    for flag, chosen, value in (("--families", config.families, spec.family), ("--norms", config.norms, spec.norm)):
+        if chosen is not None and value not in chosen:
+            return flag
+    if config.attacks is not None and not any(
+            a in (spec.key, spec.implementation, f"{spec.library}/{spec.name}") for a in config.attacks):
+        return "--attacks"
+    return ""
 
 
 def _matches(spec, config: RunConfig) -> bool:
     if config.libraries is not None and spec.library not in config.libraries:
         return False
-    if config.families is not None and spec.family not in config.families:
-        return False
-    if config.norms is not None and spec.norm not in config.norms:
-        return False
-    if config.attacks is not None and not any(
-            a in (spec.key, spec.implementation, f"{spec.library}/{spec.name}") for a in config.attacks):
-        return False
-    return True
+    return not _excluded_by(spec, config)
 
 
 def plan(config: RunConfig) -> Plan:
     """The jobs of ``config``; raises ConfigError for names that match nothing."""
-    from attackaudit.adapters import BUILTIN_LIBRARIES, catalogue
+    from attackaudit.adapters import BUILTIN_LIBRARIES, PluginError, catalogue
 
     from .data import load_subset
 
     known_libraries = set(BUILTIN_LIBRARIES)
-    entries = catalogue(None, plugins=config.plugins)
+    try:
+        entries = catalogue(None, plugins=config.plugins)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
     known_libraries |= {e.library for e in entries}
     for lib in config.libraries or []:
         if lib not in known_libraries:
@@ -62,18 +71,27 @@ def plan(config: RunConfig) -> Plan:
     if config.metamorphic:
         models += [m + s for s in TWIN_SUFFIXES for m in config.models if not twin_of(m) and m + s not in models]
     jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
+    notes: list[str] = []
     for entry in entries:
-        if config.libraries is not None and entry.library not in config.libraries:
+        # an explicit --plugin is a choice of library in itself: --libraries never drops it
+        if config.libraries is not None and entry.library not in config.libraries and entry.plugin is None:
             continue
         versions[entry.library] = entry.version
         if not entry.available:
             unavailable.append({"library": entry.library, "reason": entry.reason})
             continue
         for spec in entry.specs:
-            if not _matches(spec, config):
+            if entry.plugin is not None:
+                if (flag := _excluded_by(spec, config)):
+                    notes.append(f"--plugin {entry.plugin.path}: attack {spec.key} is left out by {flag}")
+                    continue
+            elif not _matches(spec, config):
                 continue
             if config.targeted and not spec.targeted_support:
                 skipped.append({"attack": spec.key, "reason": spec.note or "no targeted mode in this library"})
+                if entry.plugin is not None:
+                    notes.append(f"--plugin {entry.plugin.path}: attack {spec.key} is skipped: "
+                                 f"targeted_support=False and the run is --targeted")
                 continue
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
                                "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
@@ -81,7 +99,7 @@ def plan(config: RunConfig) -> Plan:
                 jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
                                 samples=config.samples, seed=config.seed, budget=config.budget,
                                 targeted=config.targeted, device=config.device,
-                                batch_size=config.batch_size, plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
+                                batch_size=config.batch_size, plugins=(entry.plugin.ref,) if entry.plugin else (),
                                 steps_scale=config.steps_scale,
                                 model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
                                 threat_model=config.threat_model, allow_download=config.allow_download,
@@ -89,7 +107,8 @@ def plan(config: RunConfig) -> Plan:
     if not jobs and not unavailable:
         raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
                           "`attackaudit attacks` lists the catalogue")
-    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset)
+    fingerprints = {e.plugin.path: e.plugin.fingerprint for e in entries if e.plugin is not None}
+    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset, notes, fingerprints)
 
 
 @dataclass
@@ -108,16 +127,38 @@ class RunSummary:
                 f"in {self.wall_s:.1f} s -> {self.run_dir}")
 
 
-def check_resumable(run_dir: Path, config: RunConfig) -> None:
+def run_identity(config: RunConfig, p: Plan) -> dict:
+    """What determines results: the result config, plus each --plugin file's fingerprint (its
+    content and the library version it records), so that an edited plugin is a changed config."""
+    identity = config.result_config()
+    if p.plugin_fingerprints:
+        identity["plugin_fingerprints"] = p.plugin_fingerprints
+    return identity
+
+
+def check_resumable(run_dir: Path, config: RunConfig, current: dict | None = None) -> None:
     manifest = read_manifest(run_dir)
     if manifest is None or config.force:
         return
     previous = manifest.get("config", {})
-    current = config.result_config()
+    current = config.result_config() if current is None else current
     changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
     if changed:
         raise ConfigError(f"{run_dir} holds a run with a different config ({', '.join(changed)}); "
                           "use another --out, or --force to run this config there")
+
+
+def supersede(run_dir: Path, current: set[str]) -> None:
+    """Move the previous manifest's job files that ``current`` lacks to ``superseded/`` (--force):
+    ``load_run`` and reports read ``jobs/``, where they would mix two configs' results (an
+    edited plugin's old rows beside its new ones)."""
+    from .store import job_path
+
+    for job_id in set((read_manifest(run_dir) or {}).get("jobs", [])) - current:
+        path = job_path(run_dir, job_id)
+        if path.exists():
+            (run_dir / "superseded").mkdir(exist_ok=True)
+            path.replace(run_dir / "superseded" / path.name)
 
 
 def run(config: RunConfig) -> RunSummary:
@@ -129,8 +170,13 @@ def run(config: RunConfig) -> RunSummary:
     start = time.perf_counter()
     run_dir = Path(config.out)
     ensure_writable(run_dir)
-    check_resumable(run_dir, config)
     p = plan(config)
+    identity = run_identity(config, p)
+    check_resumable(run_dir, config, identity)
+    if config.force:
+        supersede(run_dir, {j.job_id for j in p.jobs})
+    for note in p.notes:
+        print(f"attackaudit: note: {note}", file=sys.stderr)
     from .model_checks import check_models
 
     model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
@@ -139,7 +185,7 @@ def run(config: RunConfig) -> RunSummary:
             for warning in check["warnings"]:
                 print(f"attackaudit: warning: {warning}", file=sys.stderr)
     write_manifest(run_dir, {
-        "name": config.name, "config": config.result_config(), "library_versions": p.versions,
+        "name": config.name, "config": identity, "library_versions": p.versions,
         "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
         "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
