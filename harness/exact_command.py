@@ -2,6 +2,8 @@
 
 Writes ``OUT/exact/<model>__<norm>.parquet`` (atomically: temporary file, then ``os.replace``),
 one row per sample of the same hashed subset a run with the same ``--samples``/``--seed`` uses.
+When OUT is a run directory its own subset (samples, seed, dataset from its manifest) is used by
+default, and a ``--samples``/``--seed``/``--dataset`` that differs from it is refused.
 The ``adversarial`` column holds the verified adversarial input (float64, flattened C·H·W) so it
 can be re-checked on the model; it is empty where none was found.
 """
@@ -125,17 +127,46 @@ def _write_atomic(table: pd.DataFrame, path: Path) -> None:
         raise
 
 
+def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | None) -> tuple[int, int, str]:
+    """(samples, seed, dataset) to solve: the run's own in a run directory ``out`` (a given value
+    must match it), else the given ones (``samples`` required; seed 0 and digits by default).
+    Raises ValueError with one line on a mismatch or when the run's subset cannot be drawn again."""
+    from .store import read_manifest
+
+    manifest = read_manifest(Path(out)) if Path(out).is_dir() else None
+    if manifest is None:
+        if samples is None:
+            raise ValueError(f"--samples is required: {out} holds no run (no manifest.json) to take the subset from")
+        return samples, 0 if seed is None else seed, dataset or "digits"
+    config = manifest.get("config", {})
+    run = (config.get("samples"), manifest.get("seed", config.get("seed")), manifest.get("dataset", config.get("dataset")))
+    for flag, given, theirs in zip(("--samples", "--seed", "--dataset"), (samples, seed, dataset), run):
+        if given is not None and given != theirs:
+            raise ValueError(f"{flag} {given} differs from the run in {out} ({run[0]} samples, seed {run[1]}, "
+                             f"dataset {run[2]}); omit {flag} to solve the run's own subset, or use another --out")
+    if None in run:
+        raise ValueError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
+    from .data import load_subset
+
+    drawn = load_subset(run[2], int(run[0]), int(run[1])).hash
+    if manifest.get("subset_hash") and drawn != manifest["subset_hash"]:
+        raise ValueError(f"the run in {out} attacked subset {manifest['subset_hash'][:12]}, but {run[0]} samples "
+                         f"with seed {run[1]} now draw {drawn[:12]} (made by an older version?): rerun it first")
+    return int(run[0]), int(run[1]), str(run[2])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="zoo model (ReLU MLP or small CNN)")
     parser.add_argument("--norm", required=True, choices=["linf", "l1"])
-    parser.add_argument("--samples", type=int, required=True, help="subset size, as in `run`")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="subset size, as in `run` (default: the run's own in OUT)")
     parser.add_argument("--out", type=Path, required=True, help="run directory; writes OUT/exact/")
-    parser.add_argument("--seed", type=int, default=0, help="subset seed, as in `run` (default 0)")
+    parser.add_argument("--seed", type=int, default=None, help="subset seed, as in `run` (default: the run's, else 0)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per sample (default 60)")
     parser.add_argument("--margin", type=float, default=1e-4,
                         help="logit margin an adversarial must reach, in float64 (default 1e-4: "
                              "float32 rounding of the logits undoes a 1e-6 margin)")
-    parser.add_argument("--dataset", default="digits")
+    parser.add_argument("--dataset", default=None, help="dataset source (default: the run's, else digits)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -149,8 +180,9 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
 
     try:
-        table = run_exact(args.model, args.norm, args.samples, args.seed, args.out, args.time_limit,
-                          dataset=args.dataset, margin=args.margin, progress=report)
+        samples, seed, dataset = run_subset(args.out, args.samples, args.seed, args.dataset)
+        table = run_exact(args.model, args.norm, samples, seed, args.out, args.time_limit,
+                          dataset=dataset, margin=args.margin, progress=report)
     except (KeyError, ValueError, UnsupportedLayer, FileNotFoundError) as exc:
         print(f"attackaudit exact: {exc}".splitlines()[0], file=sys.stderr)
         return 2

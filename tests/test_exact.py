@@ -236,3 +236,33 @@ def test_exact_subcommand_main(tmp_path, capsys):
                             "--time-limit", "20"])
     assert main(ok) == 0
     assert exact_path(tmp_path, "digits-mlp-tiny", "l1").exists()
+
+
+def test_exact_beside_a_run_solves_the_runs_own_subset(tmp_path, capsys):
+    """``exact --out RUN`` takes the run's samples, seed and dataset; a different ``--samples``
+    (the issue: 16 beside a run of 8, one sample in common) is refused with one line, exit 2, as
+    is a run whose recorded subset this version no longer draws."""
+    import argparse
+
+    from attackaudit.exact_command import add_arguments, main
+    from attackaudit.store import write_manifest
+
+    run = load_subset("digits", 2, 4)
+    write_manifest(tmp_path, {"config": {"samples": 2, "seed": 4, "dataset": "digits"}, "seed": 4,
+                              "dataset": "digits", "subset_hash": run.hash})
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    common = ["--model", "digits-mlp-tiny", "--norm", "l1", "--out", str(tmp_path), "--time-limit", "20"]
+    assert main(parser.parse_args(common + ["--samples", "16"])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--samples 16" in err[0] and "2 samples, seed 4" in err[0]
+    assert not exact_path(tmp_path, "digits-mlp-tiny", "l1").exists()
+    assert main(parser.parse_args(common)) == 0
+    capsys.readouterr()  # its per-sample progress
+    stored = pd.read_parquet(exact_path(tmp_path, "digits-mlp-tiny", "l1"))
+    assert (stored["sample"].to_numpy() == run.indices).all() and (stored["subset_hash"] == run.hash).all()
+    write_manifest(tmp_path, {"config": {"samples": 2, "seed": 4, "dataset": "digits"}, "seed": 4,
+                              "dataset": "digits", "subset_hash": "0" * 64})
+    assert main(parser.parse_args(common)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rerun" in err[0]
