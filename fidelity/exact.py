@@ -529,7 +529,7 @@ def exact_reference(exact: pd.DataFrame) -> pd.DataFrame:
 
 def _optimality(attack: np.ndarray, reference: np.ndarray, eps_max: float | None) -> tuple[float, float]:
     """(ξ, ε₀) with the package's one formula (``optimality.optimality``: samples with reference 0
-    left out, ξ clipped to [0, 1], a degenerate reference gives 0), so that the true and the
+    left out, ξ clipped to [0, 1], a degenerate reference gives NaN), so that the true and the
     empirical numbers differ only by their reference."""
     from .optimality import eps0_of, optimality
 

@@ -9,7 +9,9 @@ d* = 0 is 0 for every implementation, this is exactly
 
 which is how it is computed (no cancellation between nearly equal areas). An implementation that
 never succeeds scores 0, one that matches the envelope 1. When the envelope breaks nothing inside
-(0, ε₀) the denominator is 0: every implementation failed alike and all score 0.
+(0, ε₀) — one live sample, or every envelope distance tied at ε₀, as integer L0 distances often
+are — the denominator is 0 and ξ is undefined: NaN ("n/a" in reports), never 0, which would read
+as an attack that never succeeded.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def optimality(distances: np.ndarray, reference: np.ndarray, eps_max: float | No
     same sample order; usually the envelope d*, or exact distances).
 
     Samples with reference 0 are left out (nobody has to attack them); a reference that breaks
-    nothing inside (0, ε₀) gives 0. Distances below the reference (possible against an external
+    nothing inside (0, ε₀) gives NaN (ξ undefined, not 0). Distances below the reference (possible against an external
     reference only) would exceed 1 and are clipped; ``flags`` reports them as ``below_exact``.
     """
     d, ref = as_distances(distances), as_distances(reference)
@@ -52,10 +54,10 @@ def optimality(distances: np.ndarray, reference: np.ndarray, eps_max: float | No
     eps0 = eps0_of(ref, eps_max)
     live = ref > 0
     if not eps0 > 0 or not live.any():
-        return 0.0
+        return float("nan")
     gain_ref = np.clip(eps0 - ref[live], 0.0, None).sum()
     if not gain_ref > 0:
-        return 0.0
+        return float("nan")
     return float(np.clip(np.clip(eps0 - d[live], 0.0, None).sum() / gain_ref, 0.0, 1.0))
 
 
@@ -68,14 +70,14 @@ def optimality_attackbench(distances: np.ndarray, reference: np.ndarray) -> floa
     which AttackBench never has, are clipped at ε₀ too. Not bounded to [0, 1]: an always-failing
     attack scores at least 0.5 (about 1 against an evenly spread envelope) when some samples are
     misclassified clean, and above 1 when none are (fidelity/README.md). A degenerate reference
-    (nothing broken) gives 0.
+    (nothing broken, or a zero denominator) gives NaN.
     """
     d, ref = as_distances(distances), as_distances(reference)
     if d.shape != ref.shape:
         raise ValueError(f"distances and reference differ in length: {d.size} vs {ref.size}")
     finite = ref[np.isfinite(ref)]
     if finite.size == 0 or not finite.max() > 0:
-        return 0.0
+        return float("nan")
     eps0 = float(finite.max())
 
     def area(x: np.ndarray) -> float:
@@ -85,7 +87,7 @@ def optimality_attackbench(distances: np.ndarray, reference: np.ndarray) -> floa
     best_area = area(ref)
     denominator = np.count_nonzero(ref) / ref.size * eps0 - best_area
     if not denominator > 0:
-        return 0.0
+        return float("nan")
     return float(1.0 - (area(d) - best_area) / denominator)
 
 

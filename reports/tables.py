@@ -349,6 +349,29 @@ def _summary(table: pd.DataFrame, manifests: list[dict], runs: list[Path], board
     return summary, notes
 
 
+def measurement_notes(table: pd.DataFrame, local: pd.DataFrame) -> list[str]:
+    """Report lines on the measurement itself: the bests the end-of-job re-check dropped (column
+    ``best_dropped``; absent in runs made before it), and where ξ is n/a (a zero denominator)."""
+    out = []
+    if "best_dropped" in table.columns:
+        dropped = table.assign(best_dropped=pd.to_numeric(table["best_dropped"], errors="coerce").fillna(0))
+        per_job = dropped.groupby(["model", "implementation", "norm"])["best_dropped"].sum()
+        worst = per_job[per_job > 0].sort_values(ascending=False)
+        where = "; ".join(f"{m} {i} {n}: {int(v)}" for (m, i, n), v in worst.head(5).items())
+        out.append(f"Re-checked bests: {int(worst.sum())} stored bests in {len(worst)} of {len(per_job)} jobs were "
+                   "not adversarial on the model at the end of their job and gave way to the next kept one or "
+                   "to none" + (f" ({where})." if where else "."))
+    else:
+        out.append("Re-checked bests: not recorded (these runs predate the end-of-job re-check).")
+    na = local[local["optimality"].isna()][["model", "norm"]].drop_duplicates() if len(local) else local
+    if len(na):
+        pairs = ", ".join(f"{r.model} {r.norm}" for r in na.itertuples(index=False))
+        out.append(f"ξ is n/a for {pairs}: the envelope breaks no sample at a distance inside (0, ε₀) there "
+                   "(one live sample, or every envelope distance tied, as integer L0 distances often are), so "
+                   "the denominator of ξ is 0. n/a is not 0, which means an attack that never succeeded.")
+    return out
+
+
 # ------------------------------------------------------------------------------------ build
 def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
           exact: pd.DataFrame | None = None) -> ReportData:
@@ -394,7 +417,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         except Exception as exc:
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")
     summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
-    notes += more
+    notes += more + measurement_notes(table, local)
     curves = _curves(table, local, exact)
     all_pairs = _pairs_for_plots(table, pairs, side)
     families = []

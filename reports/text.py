@@ -23,8 +23,8 @@ def _num(v: object) -> float | None:
 
 
 def f_opt(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else f"{f:.3f}"
+    f = _num(v)  # NaN: ξ undefined (a zero denominator), explained in the report's notes
+    return "—" if f is None else "n/a" if math.isnan(f) else f"{f:.3f}"
 
 
 def f_dist(v: object) -> str:

@@ -56,18 +56,23 @@ def test_ties_and_eps_max():
 @pytest.mark.parametrize("distances", [
     [INF, INF, INF],          # nobody broke anything
     [0.0, 0.0, 0.0],          # everything misclassified clean
+    [0.0, 3.0, INF],          # one live sample: ε0 is its own distance
+    [3.0, 3.0, 3.0],          # every envelope distance tied (integer L0 distances)
 ])
-def test_degenerate_envelopes_score_zero_not_nan(distances):
-    t = table(job_rows("m", "a/x", "l2", distances), job_rows("m", "b/y", "l2", distances))
+def test_degenerate_envelopes_are_nan_not_zero(distances):
+    """A zero denominator leaves ξ undefined: NaN ("n/a"), never the 0 of an attack that never
+    succeeded, which a non-degenerate envelope still gives."""
+    t = table(job_rows("m", "a/x", "l0", distances), job_rows("m", "b/y", "l0", distances))
     lo = local_optimality(t)
-    assert lo.optimality.tolist() == [0.0, 0.0]
-    assert lo.optimality_attackbench.notna().all()
+    assert lo.optimality.isna().all()
+    never = table(job_rows("m", "a/x", "l0", [0.0, 3.0, 5.0]), job_rows("m", "b/never", "l0", [0.0, INF, INF]))
+    assert _local(never, "b/never", norm="l0").optimality == 0.0
 
 
 def test_eps_max_below_every_distance_is_degenerate():
     t = table(job_rows("m", "a/x", "l2", [0.5, 0.6]), job_rows("m", "b/y", "l2", [0.7, INF]))
     lo = local_optimality(t, eps_max={"l2": 0.1})
-    assert lo.optimality.tolist() == [0.0, 0.0]
+    assert lo.optimality.isna().all()
 
 
 def test_crash_rows_keep_tracker_distances_and_failure_rows_are_not_negative():
@@ -195,3 +200,20 @@ def test_local_optimality_columns():
     assert list(lo.columns[:9]) == ["model", "norm", "implementation", "library", "library_version", "attack",
                                     "family", "optimality", "optimality_attackbench"]
     assert lo.iloc[0].family == "fam" and lo.iloc[0].library == "a" and lo.iloc[0].attack == "x"
+
+
+def test_report_shows_na_xi_and_dropped_bests():
+    """The report writes a degenerate ξ as n/a with the reason, and counts the bests the
+    end-of-job re-check dropped, per job."""
+    from attackaudit.reports.markdown import render_markdown
+    from attackaudit.reports.tables import build
+
+    live = job_rows("m", "a/x", "l2", [0.0, 0.1, 0.2, 0.3]).assign(best_dropped=[0, 2, 0, 1])
+    other = job_rows("m", "b/y", "l2", [0.0, 0.2, 0.2, INF])
+    tied = [job_rows("m", f"{lib}/z", "l0", [0.0, 3.0, 3.0, 3.0]) for lib in ("a", "b")]
+    data = build(table(live, other, *tied))
+    text = render_markdown(data)
+    assert "n/a" in text and "ξ is n/a for m l0" in text and "n/a is not 0" in text
+    assert "Re-checked bests: 3 stored bests in 1 of 4 jobs" in text and "m a/x l2: 3" in text
+    old = build(table(live.drop(columns="best_dropped"), other.drop(columns="best_dropped")))
+    assert any("predate the end-of-job re-check" in note for note in old.notes)
