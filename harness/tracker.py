@@ -293,7 +293,9 @@ class QueryTracker(nn.Module):
         owners = None
         if expected is not None:
             owners, kind, (anchor, half, box) = expected
-            slot = self._next_slot()[:b]
+            slot = self._next_slot()
+            if b != len(slot):
+                slot = slot[:b]
             if box is not None:
                 # one clamp (into the slot: the copy for free) and one compare; NaN fails it
                 torch.clamp(rows, *box, out=slot)
@@ -510,6 +512,9 @@ class QueryTracker(nn.Module):
         if self.on_progress is not None:
             self.on_progress(self._max_used)
         rows, logits = self._row_buffer[:k], self._logit_buffer[:k]                  # K×N×D, K×N×classes
+        if all(owners is None for owners in self._slot_owners[:k]):
+            self._flush_in_order(rows, logits)
+            return
         owner = self._arange.repeat(k, 1)
         for s, owners in enumerate(self._slot_owners[:k]):
             if owners is not None:  # a hinted subset: its rows fill the first places of the slot
@@ -522,6 +527,28 @@ class QueryTracker(nn.Module):
         if not bool(present.all()):
             rows, logits, owner = rows[present], logits[present], owner[present]
         self._update_best(rows, logits, owner, True)
+
+    def _flush_in_order(self, rows: Tensor, logits: Tensor) -> None:
+        """``_flush`` of whole batches in order (K×N×D rows, K×N×classes logits): per sample only
+        its KEEP_BESTS smallest candidates of the window (a stable sort over the K queries keeps
+        the earliest of equals first) are merged, not every adversarial row."""
+        pred = logits.argmax(2)
+        adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N
+        columns = adversarial.any(0).nonzero().squeeze(1)  # only samples with an adversarial row
+        if not len(columns):
+            return
+        if len(columns) < len(self._flat):
+            rows, logits, adversarial = rows[:, columns], logits[:, columns], adversarial[:, columns]
+        ok = (adversarial & (rows.amin(2) >= -BOX_TOLERANCE) & (rows.amax(2) <= 1 + BOX_TOLERANCE)
+              & torch.isfinite(logits).all(2))  # step 7; NaN fails the comparisons
+        points = rows.clamp(0, 1)
+        dist = lp_norm((points - self._flat[columns]).flatten(0, 1), self.norm).view(ok.shape)
+        dist, order = dist.masked_fill_(~ok, float("inf")).sort(dim=0, stable=True)
+        t = min(KEEP_BESTS, len(dist))
+        dist, order = dist[:t], order[:t]                                              # t×N'
+        col, rank = (dist < self._kept_distance[columns, -1]).T.nonzero().unbind(1)  # by sample, then rank
+        if len(col):
+            self._merge(points[order[rank, col], col], dist[rank, col], columns[col])
 
     def _update_best(self, rows: Tensor, logits: Tensor, idx: Tensor, allowed: Tensor | bool) -> None:
         """Offer rows (B×D) with their logits (B×K), owned by ``idx`` (B), in order, as best
