@@ -71,7 +71,7 @@ def plan(config: RunConfig) -> Plan:
     if config.metamorphic:
         models += [m + s for s in TWIN_SUFFIXES for m in config.models if not twin_of(m) and m + s not in models]
     jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
-    notes: list[str] = []
+    left_out: dict[tuple[str, str], list[str]] = {}  # (plugin file, why) -> its attacks not run
     for entry in entries:
         # an explicit --plugin is a choice of library in itself: --libraries never drops it
         if config.libraries is not None and entry.library not in config.libraries and entry.plugin is None:
@@ -83,15 +83,15 @@ def plan(config: RunConfig) -> Plan:
         for spec in entry.specs:
             if entry.plugin is not None:
                 if (flag := _excluded_by(spec, config)):
-                    notes.append(f"--plugin {entry.plugin.path}: attack {spec.key} is left out by {flag}")
+                    left_out.setdefault((entry.plugin.path, f"left out by {flag}"), []).append(spec.key)
                     continue
             elif not _matches(spec, config):
                 continue
             if config.targeted and not spec.targeted_support:
                 skipped.append({"attack": spec.key, "reason": spec.note or "no targeted mode in this library"})
                 if entry.plugin is not None:
-                    notes.append(f"--plugin {entry.plugin.path}: attack {spec.key} is skipped: "
-                                 f"targeted_support=False and the run is --targeted")
+                    left_out.setdefault((entry.plugin.path, "skipped by --targeted (targeted_support=False)"),
+                                        []).append(spec.key)
                 continue
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
                                "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
@@ -108,6 +108,8 @@ def plan(config: RunConfig) -> Plan:
         raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
                           "`attackaudit attacks` lists the catalogue")
     fingerprints = {e.plugin.path: e.plugin.fingerprint for e in entries if e.plugin is not None}
+    notes = [f"--plugin {path}: {len(keys)} attack{'s' * (len(keys) > 1)} {why}: {', '.join(keys)}"
+             for (path, why), keys in left_out.items()]
     return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset, notes, fingerprints)
 
 

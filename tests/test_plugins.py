@@ -226,6 +226,26 @@ def test_attacks_shows_each_plugin_specs_params_and_steps_scaling(tmp_path, caps
     assert rows["example/pgd/l2"]["steps_param"] == "steps" and rows["example/pgd/l2"]["plugin"] == str(EXAMPLE.resolve())
 
 
+# -- explicit plugins are never dropped in silence -----------------------------------------------
+def test_plan_keeps_explicit_plugins_and_names_the_ones_filters_leave_out(tmp_path):
+    from attackaudit.config import resolve
+    from attackaudit.runner import plan
+
+    path = write_plugin(tmp_path, GOOD[:-1] + (
+        ', AttackSpec("mine", "clean", "fgm", "linf", "minimal", {}, partial(untargeted_only), targeted_support=False)'
+        ', AttackSpec("mine", "fgm", "pgd", "l2", "fixed", {}, partial(fgm))]'))
+    base = {"out": str(tmp_path / "r"), "libraries": ["adv_lib"], "plugins": [str(path)], "samples": 2}
+    everything = plan(resolve(None, base))
+    assert {"mine/fgm/linf", "mine/clean/linf", "mine/fgm/l2"} <= {j.spec_key for j in everything.jobs}
+    assert everything.notes == []  # nothing left out, nothing said
+    assert all(j.plugins == () for j in everything.jobs if j.spec_key.startswith("adv_lib/"))
+    filtered = plan(resolve(None, {**base, "families": ["fgm"], "targeted": True}))
+    assert {j.spec_key for j in filtered.jobs} == {"mine/fgm/linf"}
+    where = f"--plugin {path.resolve()}: 1 attack"
+    assert filtered.notes == [f"{where} skipped by --targeted (targeted_support=False): mine/clean/linf",
+                              f"{where} left out by --families: mine/fgm/l2"]
+
+
 # -- the example plugin, end to end: never dropped, never stale -----------------------------------
 def test_example_plugin_runs_beside_libraries_and_an_edit_is_never_reused(tmp_path, capsys):
     plugin = tmp_path / "plugin_example.py"
@@ -238,7 +258,7 @@ def test_example_plugin_runs_beside_libraries_and_an_edit_is_never_reused(tmp_pa
             "--quiet", "--out", str(out)]
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
-    assert f"--plugin {plugin.resolve()}: attack example/pgd/l2 is left out by --norms" in first.stderr
+    assert f"--plugin {plugin.resolve()}: 1 attack left out by --norms: example/pgd/l2" in first.stderr
     df = attackaudit.load_run(out)
     assert set(df["implementation"]) == {"example/pgd"} and set(df["status"]) == {"ok"}
     assert set(df["library_version"]) == {"1.0.0"}
