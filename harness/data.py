@@ -2,8 +2,8 @@
 
 Every job of a run sees the same subset; its SHA-256 over the exact input bytes and labels is
 recorded so two runs can prove they attacked the same samples. Subsets nest: with one seed, the
-first k samples of an n-sample subset are the k-sample subset (``--samples 64`` extends a run of
-16), because a subset is a prefix of one seeded permutation of the dataset.
+first k samples of an n-sample subset are the k-sample subset (``--samples 64`` contains the
+samples of a run of 16), because a subset is a prefix of one seeded permutation of the dataset.
 """
 from __future__ import annotations
 
