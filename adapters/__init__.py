@@ -212,8 +212,9 @@ def _entry_point_entries() -> list[LibraryEntry]:
 def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Path] = ()) -> list[LibraryEntry]:
     """Every library's entry: built-ins, entry-point plugins and plugin files.
 
-    ``libraries`` filters by library name (built-in or plugin). A plugin file that cannot be
-    loaded, or whose library name another entry already uses, raises PluginError.
+    ``libraries`` filters built-in and entry-point libraries by name; the files in ``plugins``
+    were asked for by name already and are always kept. A plugin file that cannot be loaded, or
+    whose library name another entry already uses, raises PluginError.
     """
     entries = [load_library(name) for name in BUILTIN_LIBRARIES if libraries is None or name in libraries]
     extra = _entry_point_entries()
@@ -226,5 +227,5 @@ def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Pa
                                   f"used by {owners[e.library]}; give the plugin's specs a library name of their own")
             owners[e.library] = f"plugin file {_split_pin(path)[0]}"
         extra.extend(loaded)
-    entries.extend(e for e in extra if libraries is None or e.library in libraries)
+    entries.extend(e for e in extra if libraries is None or e.library in libraries or e.plugin is not None)
     return entries

@@ -173,6 +173,18 @@ def test_a_spec_passes_exactly_when_its_params_reach_the_attack(params, steps_pa
         assert received == expected
 
 
+def test_the_contract_is_public_and_import_attackaudit_stays_torch_free():
+    res = subprocess.run([sys.executable, "-c", (
+        "import sys, attackaudit\n"
+        "assert 'torch' not in sys.modules, 'import attackaudit loaded torch'\n"
+        "from attackaudit import AttackSpec, FixedEpsAttack, MinimalAttack\n"
+        "import attackaudit.adapters as a\n"
+        "assert (AttackSpec, FixedEpsAttack, MinimalAttack) == (a.AttackSpec, a.FixedEpsAttack, a.MinimalAttack)\n"
+        "assert {'AttackSpec', 'FixedEpsAttack', 'MinimalAttack'} <= set(a.__all__) & set(attackaudit.__all__)\n")],
+        capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
 # -- identity ------------------------------------------------------------------------------------
 def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     path = write_plugin(tmp_path, GOOD)
@@ -221,8 +233,9 @@ def test_attacks_shows_each_plugin_specs_params_and_steps_scaling(tmp_path, caps
     assert "steps=1 × s, rounded, at least 1 (quick ×0.1: 1, demo ×0.5: 1)" in out
     clean_line = next(line for line in out.splitlines() if line.startswith("mine/clean/linf") and "{}" in line)
     assert "none: no steps_param" in clean_line
-    code, out, _ = attacks_cli(capsys, "--plugin", str(EXAMPLE), "--format", "json")
-    rows = {r["key"]: r for r in json.loads(out)}
+    code, out, _ = attacks_cli(capsys, "--plugin", str(EXAMPLE), "--format", "json", libraries=("cleverhans",))
+    rows = {r["key"]: r for r in json.loads(out)}  # --library names a built-in: the plugin stays
+    assert "cleverhans/carlini_wagner_l2/l2" in rows and "steps_param" in rows["cleverhans/carlini_wagner_l2/l2"]
     assert rows["example/pgd/l2"]["steps_param"] == "steps" and rows["example/pgd/l2"]["plugin"] == str(EXAMPLE.resolve())
 
 
