@@ -199,6 +199,11 @@ def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     path.write_text(path.read_text().replace("steps=1", "steps=1 ").replace("0.3", "0.3.1"))
     (stale,) = load_plugin_file(pinned)  # a worker loading the file after it was edited mid-run
     assert not stale.available and "changed since the run was planned" in stale.reason
+    from attackaudit.job import Job
+    from attackaudit.worker import resolve_spec
+
+    spec, version, error = resolve_spec(Job(run="r", model="digits-mlp", spec_key="mine/fgm/linf", plugins=(pinned,)))
+    assert spec is None and "changed since the run was planned" in error  # the job's rows: crash, this error
 
 
 # -- entry points: a real installed distribution on sys.path, validated as plugin files ----------
@@ -290,6 +295,23 @@ def test_example_plugin_runs_beside_libraries_and_an_edit_is_never_reused(tmp_pa
     params = set(attackaudit.load_run(out)["params"])
     assert len(params) == 1 and '"step_ratio": 1.5' in params.pop()
     assert len(list((out / "superseded").glob("*.parquet"))) == 1
+
+
+def test_the_readme_plugin_loads_and_attacks_within_its_ball(tmp_path):
+    """The README's plugin is code a user copies: it must pass the checks and be a sound attack."""
+    from attackaudit.distance import lp_norm
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = readme.split("```python\n# my_attacks.py\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my_attacks.py"
+    path.write_text(code)
+    (entry,) = load_plugin_file(path)
+    assert entry.version == "0.1.0" and [s.key for s in entry.specs] == ["mylib/pgd/linf"]
+    subset, model = tiny_problem()
+    eps = torch.full((len(subset.labels),), 0.3)
+    adv = entry.specs[0].run(model, subset.inputs, subset.labels, eps=eps)
+    assert (lp_norm(adv - subset.inputs, "linf") <= 0.3 + 1e-6).all() and adv.min() >= 0 and adv.max() <= 1
+    assert (model(adv).argmax(1) != subset.labels).any()  # ε = 0.3 breaks the tiny MLP somewhere
 
 
 @functools.lru_cache(maxsize=1)
