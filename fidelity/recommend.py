@@ -43,6 +43,8 @@ BOOTSTRAP_SEED = 0
 #: an implementation with global ξ below this fraction of the best attack of its norm gets a
 #: weakness note (weak here, correct as far as the label evidence goes)
 WEAK_FRACTION = 0.5
+#: flags that say "weaker", not "wrong": an implementation carrying only these gets a weakness note
+WEAKNESS_FLAGS = frozenset({"optimality_gap"})
 
 
 # ------------------------------------------------------------------------------------ arrays
@@ -291,24 +293,29 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
 
 
 def _weak(g: pd.DataFrame, cands: list[int], norm_best: pd.Series, excluded: dict) -> list[str]:
-    """Weakness notes: candidates significantly worse than the top pick, and unflagged
-    implementations far below the best attack of their norm. Weak is not a label bug: without
-    label evidence (perm twin, class-conditional failure) nothing says the labels are wrong."""
+    """Weakness notes, for implementations whose only flag (if any) is one of ``WEAKNESS_FLAGS``:
+    those significantly worse than the top pick, flagged ``optimality_gap``, or far below the
+    best attack of their norm. Weak is not a label bug: without label evidence (perm twin,
+    class-conditional failure) nothing says the labels are wrong."""
     out = []
     top = g.iloc[cands[0]] if cands else None
     for i, r in g.iterrows():
-        if not r["clean"]:
+        if set(r["flags"]) - WEAKNESS_FLAGS or (top is not None and r["implementation"] == top["implementation"]
+                                                 and r["library_version"] == top["library_version"]):
             continue
         xi = float(r["optimality"])
         if i in excluded:
             pa, res = excluded[i]
-            out.append(f"{r['implementation']}: weaker than {top['implementation']} (ξ {xi:.3f} vs "
-                       f"{float(top['optimality']):.3f}; smaller perturbation on {res['wins_b']} vs {res['wins_a']} "
-                       f"samples, Holm-adjusted p = {pa:.2g}); no label evidence against it")
+            why = (f"weaker than {top['implementation']} (ξ {xi:.3f} vs {float(top['optimality']):.3f}; smaller "
+                   f"perturbation on {res['wins_b']} vs {res['wins_a']} samples, Holm-adjusted p = {pa:.2g})")
+        elif "optimality_gap" in r["flags"]:
+            why = f"weaker than the best of its family on some models (ξ {xi:.3f}; see its optimality_gap flags)"
         elif np.isfinite(xi) and xi < WEAK_FRACTION * float(norm_best["best_in_norm"]):
-            out.append(f"{r['implementation']}: weak here (ξ {xi:.3f}, under half of the best attack of "
-                       f"{r['norm']}, {norm_best['best_in_norm_impl']} at {norm_best['best_in_norm']:.3f}); "
-                       f"no label evidence against it")
+            why = (f"weak here (ξ {xi:.3f}, under half of the best attack of {r['norm']}, "
+                   f"{norm_best['best_in_norm_impl']} at {norm_best['best_in_norm']:.3f})")
+        else:
+            continue
+        out.append(f"{r['implementation']}: {why}; no label evidence against it")
     return out
 
 

@@ -88,9 +88,10 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
     return out
 
 
-def significant(p_adjusted: float, wins_for: int, wins_against: int) -> bool:
-    """The rule: a multiplicity-adjusted p below ``ALPHA`` and more samples in favour than against."""
-    return bool(np.isfinite(p_adjusted) and p_adjusted < ALPHA and wins_for > wins_against)
+def significant(p_adjusted: float, wins_for: int, wins_against: int, alpha: float = ALPHA) -> bool:
+    """The rule: a multiplicity-adjusted p below ``alpha`` (``ALPHA`` unless a user chose another
+    level) and more samples in favour than against."""
+    return bool(np.isfinite(p_adjusted) and p_adjusted < alpha and wins_for > wins_against)
 
 
 def wilcoxon_batch(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -7,8 +7,8 @@ directory):
 - ``leaderboard.csv``, ``alignment.csv`` (+ ``alignment_pairs.csv``: the paired tests),
   ``flags.csv`` and, when exact distances exist, ``exact_optimality.csv`` — always;
 - ``"json"``: the same tables as strict JSON (``alignment.json`` holds both the side-by-side
-  rows and the pairs; inf is the string "inf", NaN null) and ``report.json`` (summary and
-  recommendation);
+  rows and the pairs; inf is the string "inf", NaN null) and ``report.json`` (summary, and the
+  recommendation per family and norm with its ``trust_set`` and ``optimality_ci``);
 - ``"md"``: ``report.md`` with its plots as ``plots/*.svg``;
 - ``"html"``: ``report.html``, one self-contained file (inline SVG, CSS and a sorting script).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from ..fidelity.recommend import expectation_source
 from .tables import ReportData, build, dump_json, load_runs, records, write_tables
 
 FORMATS = ("md", "html", "json")
@@ -46,7 +47,8 @@ def write_report_data(data: ReportData, out: Path, formats: Iterable[str] = FORM
     if "json" in formats:
         written["report.json"] = dump_json({
             "summary": data.summary, "notes": data.notes, "recommendation": records(data.recommend),
-            "crashes": records(data.crashes)}, out / "report.json")
+            "expected_strength_source": expectation_source(), "crashes": records(data.crashes)},
+            out / "report.json")
     if "md" in formats:
         from .markdown import render_markdown
         written["report.md"] = _atomic_text(out / "report.md", render_markdown(data, out / "plots"))

@@ -27,11 +27,12 @@ FAILED_STATUSES = ("crash", "timeout", "invalid")
 
 #: one sentence per flag, for readers who do not know the vocabulary
 FLAG_MEANINGS: dict[str, str] = {
-    "crash": "the attack raised an exception; what the tracker saw before it still counts",
+    "crash": "the attack raised an exception; what the tracker saw before it still counts (the evidence says "
+             "whether anything survived)",
     "timeout": "the job ran past its time limit and was killed",
     "invalid": "it returned NaN, or a batch of the wrong shape or type",
-    "label_bug": "it worked hard yet broke almost nothing others broke and stopped with budget left: "
-                 "the pattern of a wrong label convention",
+    "label_bug": "label evidence: its result changes on the class-permutation twin (same network, classes "
+                 "renamed), or it fails on every sample of one class while breaking the others",
     "silent_failure": "it did not really run (no gradient, or about one query per sample)",
     "budget_overrun": "it asked for more queries than the budget; the tracker refused the extra ones",
     "out_of_box": "it returned inputs outside the [0, 1] box",
@@ -42,6 +43,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "shift_sensitivity": "its result changes when every logit is shifted by the same per-sample constant, "
                          "which no sound loss notices",
     "below_exact": "it claims a perturbation smaller than the proven exact minimum: a bug",
+    "below_expected_strength": "a family AttackBench publishes as strong, implemented far below both that "
+                               "strength and the best attack of its norm here: a defect, never trusted",
 }
 
 

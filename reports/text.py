@@ -107,10 +107,15 @@ LEADERBOARD_COLS = [
 ]
 
 RECOMMEND_COLS = [
-    Col("family", "family"), Col("norm", "norm"), Col("trust", "implementation"),
-    Col("version", "library_version"), Col("global ξ", "optimality", f_opt, True),
+    Col("family", "family"), Col("norm", "norm"),
+    Col("trust", "trust", tip="clear: one implementation is significantly better than the other unflagged ones; "
+                              "tied: no significant difference among those listed (use any)"),
+    Col("global ξ of the top pick", "optimality", f_opt, True),
+    Col("95% interval", "ci", tip="bootstrap over samples within models"),
+    Col("top pick best in", "top_share", f_pct, True, "share of bootstrap resamples in which the top pick has the best ξ"),
+    Col("top pick in set", "top_in_set", f_pct, True, "share of resamples whose trust set still contains the top pick"),
     Col("queries / sample", "queries", f_count, True), Col("choice among", "candidates", f_count, True),
-    Col("flagged", "flagged", f_count, True), Col("runner-up", "runner_up"), Col("note", "note"),
+    Col("flagged", "flagged", f_count, True), Col("what to do", "summary"), Col("note", "note"),
 ]
 
 SIDE_COLS = [
@@ -128,9 +133,11 @@ PAIR_COLS = [
     Col("A smaller", "wins_a", f_count, True, "samples where A found the smaller perturbation"),
     Col("B smaller", "wins_b", f_count, True), Col("ties", "ties", f_count, True),
     Col("Wilcoxon p", "p_value", f_p, True, "two-sided paired signed-rank test"),
+    Col("Holm p", "p_adjusted", f_p, True, "adjusted over the pairs of this family, norm and model"),
     Col("effect", "effect_size", f_signed, True, "rank-biserial correlation: +1 A always smaller, −1 B always smaller"),
     Col("median A−B", "median_difference", f_dist, True, "over samples both broke"),
-    Col("verdict", "verdict", tip="better: finds smaller perturbations on significantly more samples (p < 0.01)"),
+    Col("verdict", "verdict", tip="better: finds smaller perturbations on significantly more samples "
+                                  "(Holm-adjusted p < 0.05), the same rule as trust sets, flags and audits"),
 ]
 
 FLAG_COLS = [
@@ -246,27 +253,25 @@ def findings(data: ReportData) -> list[str]:
         out.append("No implementation was flagged.")
     untrusted = data.recommend[~data.recommend["trusted"].astype(bool)] if len(data.recommend) else data.recommend
     for r in untrusted.itertuples(index=False):
-        out.append(f"Every implementation of {r.family} under {r.norm} is flagged; the best of them, "
-                   f"{_impl(r.implementation, r.library_version)}, is listed but not trusted.")
+        out.append(f"{r.family} under {r.norm}: {r.note}.")
     for u in data.summary.get("unavailable", []):
         out.append(f"Library {u.get('library', '?')} was not available: {u.get('reason', '')}")
     return out + list(data.notes)
 
 
-#: a recommended implementation below this global optimality gets a "weak" note
-WEAK_OPTIMALITY = 0.5
-
 
 def recommendation_rows(data: ReportData) -> pd.DataFrame:
+    """``data.recommend`` with the display columns ``trust`` ("clear: A", "tied: A, B", "none"),
+    ``ci`` (the top pick's interval) and ``note`` (flagged ones left out, weakness notes)."""
     r = data.recommend.copy()
     if r.empty:
         return r
-    r["implementation"] = [name if trusted else f"{name} (flagged — no clean candidate)"
-                           for name, trusted in zip(r["implementation"], r["trusted"])]
-    r["note"] = [note if note else ("only implementation" if n == 1 else "")
-                 for note, n in zip(r["note"], r["candidates"])]
-    r["note"] = [(note + "; " if note else "") + f"weak: ξ below {WEAK_OPTIMALITY} — far from what other attacks found"
-                 if xi < WEAK_OPTIMALITY else note for note, xi in zip(r["note"], r["optimality"])]
+    r["trust"] = [f"{v}: " + ", ".join(m["implementation"] for m in ts) if v in ("clear", "tied") else
+                  f"none (best: {name}, flagged)" for v, ts, name in zip(r["verdict"], r["trust_set"], r["implementation"])]
+    r["ci"] = ["—" if not isinstance(ci, (list, tuple)) or not all(np.isfinite(ci)) else f"{ci[0]:.3f}–{ci[1]:.3f}"
+               for ci in r["optimality_ci"]]
+    r["note"] = ["; ".join([x for x in [note or ("only implementation" if n == 1 else "")] if x] + list(weak))
+                 for note, n, weak in zip(r["note"], r["candidates"], r["weak"])]
     # families with a real choice first, then alphabetical
     r["_single"] = r["candidates"] <= 1
     return r.sort_values(["_single", "family", "norm"], kind="stable").drop(columns="_single")
@@ -310,9 +315,15 @@ EXPLAIN_SUMMARY = ("How to read this report: every implementation attacked the s
                    "sample the smallest perturbation that any implementation found forms the envelope; an "
                    "implementation's optimality ξ measures how close its robust-accuracy curve comes to the "
                    "envelope's (1 = as good as the best of all, 0 = never succeeded).")
-EXPLAIN_RECOMMEND = ("For each attack family and norm, the implementation to trust is the one with the highest "
-                     "global optimality among those that carry no flag; optimality within 0.001 counts as a tie and "
-                     "the cheaper one (fewer queries per sample) wins.")
+EXPLAIN_RECOMMEND = ("For each attack family and norm, the trust set: the unflagged implementation with the highest "
+                     "global optimality (the top pick; within 0.001 the cheaper one), and every other unflagged one "
+                     "that is not significantly worse in a paired test on the per-sample distances over all models "
+                     "(Wilcoxon, Holm-adjusted, p < 0.05). \"clear\" names one implementation; \"tied\" lists "
+                     "several that this run cannot tell apart: use any of them. The interval is a bootstrap 95% "
+                     "interval of the top pick's ξ (samples resampled within models); the two shares say how often "
+                     "the top pick stays the best and stays in the set when the samples are resampled. An "
+                     "implementation of a family AttackBench publishes as strong that falls far below it and below "
+                     "the best attack of its norm is flagged (below_expected_strength) and never trusted.")
 EXPLAIN_LEADERBOARD = ("One row per implementation: global ξ is the mean of the local optimality over the models "
                        "(worst-model ξ the lowest of them); the AttackBench column is the variant published by "
                        "AttackBench, shown only to compare with its public leaderboard (it rewards failures, so "
@@ -343,21 +354,26 @@ DIFF_COLS = [
     Col("Δξ", "delta_optimality", f_signed, True), Col("ASR A", "asr_a", f_pct, True), Col("ASR B", "asr_b", f_pct, True),
     Col("B better", "n_better", f_count, True, "samples where run B found the smaller perturbation"),
     Col("B worse", "n_worse", f_count, True), Col("Wilcoxon p", "p_value", f_p, True),
+    Col("Holm p", "p_adjusted", f_p, True, "adjusted over every implementation of the audit"),
+    Col("score", "score", f_count, True, "+ improved, − regressed (fidelity/README.md, Diff)"),
     Col("flags appeared", "flags_appeared"), Col("flags gone", "flags_disappeared"),
     Col("verdict", "verdict"), Col("reason", "reason"),
 ]
 
 EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs), measured against one joint "
-                "envelope so that a change in one implementation does not move the others' yardstick. A verdict "
-                "needs both a significant paired test and a material change in optimality, or a serious flag that "
-                "appeared or disappeared.")
+                "envelope so that a change in one implementation does not move the others' yardstick. The verdict "
+                "weighs all the evidence: a significant paired change (Holm-adjusted over the audit) with a "
+                "material change in ξ or ASR counts 2 (3 when ξ moved by 0.1 or more), each flag that disappeared "
+                "or appeared counts by severity (3: wrong or missing results, 2: suspect objective or strength, "
+                "1: inefficiency); positive is improved, negative regressed, evidence both ways that cancels is "
+                "mixed.")
 
 
 def verdict_line(r) -> str:
     """One line per implementation and norm for ``attackaudit compare``."""
     va, vb = str(r["version_a"] or "—"), str(r["version_b"] or "—")
     model = "" if r["model"] in ("*", "") else f" on {r['model']}"
-    return f"{r['implementation']} [{r['norm']}{model}] {va} -> {vb}: {r['verdict']} ({r['reason']})"
+    return f"{r['implementation']} [{r['norm']}{model}] {va} -> {vb}: {r['verdict']}: {r['reason']}"
 
 
 def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:
@@ -367,6 +383,7 @@ def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:
     from ..fidelity import FLAGS
 
     order = {f: i for i, f in enumerate(FLAGS)}
+    flags = flags.assign(model=flags["model"].map(lambda m: "all models" if m == "*" else m))
     return (flags.assign(_o=flags["flag"].map(order).fillna(len(order)))
             .sort_values(["implementation", "library_version", "_o", "model", "norm"], kind="stable")
             .drop(columns="_o"))

@@ -177,7 +177,15 @@ def test_recommendation_skips_flagged_and_crashes_have_their_cause(report):
     assert rec[("fmn", "l2")]["implementation"] == "art/fmn" and rec[("fmn", "l2")]["trusted"]
     # under linf adv_lib is below_exact on m-mlp, the others have optimality gaps: nobody is clean
     assert rec[("apgd", "linf")]["implementation"] == "adv_lib/apgd" and not rec[("apgd", "linf")]["trusted"]
-    assert "Every implementation of apgd under linf is flagged" in (run / "report.html").read_text()
+    assert "apgd under linf: every implementation is flagged" in (run / "report.html").read_text()
+    # each recommendation carries its trust set, with a bootstrap interval of each member's ξ
+    apgd = rec[("apgd", "l2")]
+    assert apgd["verdict"] in ("clear", "tied") and apgd["trust_set"][0]["implementation"] == "adv_lib/apgd"
+    for member in apgd["trust_set"]:
+        lo, hi = member["optimality_ci"]
+        assert 0 <= lo <= hi <= 1
+    assert rec[("apgd", "linf")]["trust_set"] == [] and rec[("apgd", "linf")]["verdict"] == "untrusted"
+    assert (apgd["verdict"] + ": adv_lib/apgd") in (run / "report.md").read_text()
     crashes = summary["crashes"]
     assert len(crashes) == 4 and all(c["cause"] == EVIL_ERROR for c in crashes)
     assert summary["summary"]["largest_gap"]["worse"] == EVIL_IMPL

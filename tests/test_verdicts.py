@@ -1,0 +1,118 @@
+"""Verdicts a user can act on, end to end: real defective attacks (tests/plugins/defective.py) and
+sound ones run through the harness (QueryTracker, re-check) on the digits zoo and its
+class-permutation twin; each defect is caught for what it is, the sound attacks are left alone."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attackaudit.fidelity import diff, flags, recommend
+
+pytest.importorskip("adv_lib.attacks")
+
+PLUGIN = Path(__file__).parent / "plugins" / "defective.py"
+SAMPLES, BUDGET = 16, 400
+#: (model, spec key, steps scale): the grid, kept tiny
+GRID = [
+    *[(m, key, 1.0) for m in ("digits-cnn", "digits-cnn~perm")
+      for key in ("defective/walk_away/linf", "defective/walk_coarse/linf", "defective/wrong_class/linf")],
+    *[(m, "defective/class_table/l2", 1.0) for m in ("digits-cnn", "digits-mlp")],
+    *[(m, "adv_lib/ddn/l2", 0.08) for m in ("digits-cnn", "digits-cnn~perm", "digits-mlp")],
+    ("digits-cnn", "defective/ddn_short/l2", 1.0),
+    ("digits-cnn", "defective/fmn_tiny_step/l2", 1.0),
+]
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    from attackaudit.adapters import catalogue
+    from attackaudit.data import load_subset
+    from attackaudit.job import Job, job_rows
+    from attackaudit.zoo import load_model
+
+    specs = {s.key: (s, e.version) for e in catalogue(["adv_lib", "defective"], plugins=(str(PLUGIN),))
+             for s in e.specs}
+    subset = load_subset("digits", SAMPLES, 0)
+    frames, models = [], {}
+    for model, key, scale in GRID:
+        spec, version = specs[key]
+        model_net = models.setdefault(model, load_model(model))
+        job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET)
+        frames.append(job_rows(job, spec.scaled(scale), version, model_net, subset, None))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def found(rows):
+    return flags(rows)
+
+
+def flags_of(found: pd.DataFrame, impl: str) -> set[str]:
+    return set(found[found.implementation == impl].flag)
+
+
+def test_perm_twin_gives_sound_attacks_identical_distances(rows):
+    """A correct attack on the class-permutation twin (labels mapped) finds the same distances."""
+    for impl in ("defective/walk_away", "defective/walk_coarse", "adv_lib/ddn"):
+        part = rows[(rows.implementation == impl) & rows.model.isin(["digits-cnn", "digits-cnn~perm"])]
+        d = part.pivot(index="sample", columns="model", values="best_distance")
+        base, twin = d["digits-cnn"].to_numpy(), d["digits-cnn~perm"].to_numpy()
+        assert (np.isfinite(base) == np.isfinite(twin)).all(), impl
+        both = np.isfinite(base)
+        assert np.allclose(base[both], twin[both], rtol=1e-3), impl
+
+
+def test_wrong_class_is_a_label_bug_even_alone_in_its_family(found):
+    assert "label_bug" in flags_of(found, "defective/wrong_class")
+    ev = found[(found.implementation == "defective/wrong_class") & (found.flag == "label_bug")].evidence.iloc[0]
+    assert "digits-cnn~perm" in ev
+    # its sound twin (same walk, away from the true class) is not flagged at all
+    assert flags_of(found, "defective/walk_away") == set()
+
+
+def test_class_table_is_a_label_bug_from_class_conditional_failure(found):
+    row = found[(found.implementation == "defective/class_table") & (found.flag == "label_bug")]
+    assert len(row) == 1 and row.model.iloc[0] == "*"
+    assert "class 3" in row.evidence.iloc[0]
+
+
+def test_weak_correct_attack_gets_a_weakness_note_never_label_bug(rows, found):
+    assert "label_bug" not in flags_of(found, "defective/walk_coarse")
+    rec = recommend(rows, found).set_index(["family", "norm"]).loc[("walk", "linf")]
+    assert [m["implementation"] for m in rec.trust_set] == ["defective/walk_away"]
+    weak = " ".join(rec.weak)
+    assert "defective/walk_coarse" in weak and "no label evidence" in weak
+
+
+def test_clearly_worse_ddn_is_flagged_and_out_of_the_trust_set(rows, found):
+    assert "optimality_gap" in flags_of(found, "defective/ddn_short")
+    rec = recommend(rows, found).set_index(["family", "norm"]).loc[("ddn", "l2")]
+    names = [m["implementation"] for m in rec.trust_set]
+    assert names == ["adv_lib/ddn"] and rec.verdict == "clear" and rec.summary.startswith("clear: adv_lib/ddn")
+    lo, hi = rec.optimality_ci
+    assert lo <= rec.optimality <= hi
+
+
+def test_broken_strong_family_is_never_trusted(rows, found):
+    assert "below_expected_strength" in flags_of(found, "defective/fmn_tiny_step")
+    assert "label_bug" not in flags_of(found, "defective/fmn_tiny_step")
+    rec = recommend(rows, found).set_index(["family", "norm"]).loc[("fmn", "l2")]
+    assert not rec.trusted and rec.verdict == "untrusted" and rec.trust_set == []
+    assert "no implementation reaches the expected strength of fmn" in rec.note and "adv_lib/ddn" in rec.note
+
+
+def test_audit_verdict_weighs_the_evidence_of_real_runs(rows):
+    """The same implementation name, before (3-step DDN: silent, far worse) and after (DDN)."""
+    def release(impl: str, version: str) -> pd.DataFrame:
+        cnn = rows[(rows.model == "digits-cnn") & (rows.norm == "l2")]
+        part = cnn[cnn.implementation == impl].assign(implementation="plug/ddn", library="plug", attack="ddn",
+                                                      library_version=version)
+        return pd.concat([part, cnn[cnn.implementation == "adv_lib/ddn"]], ignore_index=True)  # the rest of the grid
+    before, after = release("defective/ddn_short", "1.0"), release("adv_lib/ddn", "2.0")
+    row = diff(before, after).set_index("implementation").loc["plug/ddn"]
+    assert row.verdict == "improved" and row.score > 0
+    assert row.reason.startswith("ξ 0.00 → 1.00") and "16 better / 0 worse" in row.reason
+    assert "silent_failure gone" in row.reason
+    back = diff(after, before).set_index("implementation").loc["plug/ddn"]
+    assert back.verdict == "regressed" and "new: " in back.reason and "silent_failure" in back.reason
