@@ -333,7 +333,7 @@ def _report_sections(env_lines: list[str], bisect_doc: dict | None, dist: str) -
     return "\n".join(md) + "\n", "\n".join(html)
 
 
-def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.01, min_delta: float = 0.02,
+def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float = 0.02,
           bisect_range: bool = False, echo=print) -> dict:
     """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
     release that cannot be installed. ``bisect_range``: also find, over the releases between the
@@ -454,7 +454,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--workers", type=int)
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the paired test")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="family-wise significance level of the paired tests (Holm), as in reports and flags")
     p.add_argument("--min-delta", dest="min_delta", type=float, default=0.02,
                    help="smallest optimality change that counts")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -60,7 +60,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="DIR_A", help="the run before (e.g. the old library release)")
     parser.add_argument("run_b", metavar="DIR_B", help="the run after")
     parser.add_argument("--out", help="where to write diff.csv|json, audit.json, compare.md|html (default: DIR_B)")
-    parser.add_argument("--alpha", type=float, default=0.01, help="significance level of the paired test")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="family-wise significance level of the paired tests (Holm), as in reports and flags")
     parser.add_argument("--min-delta", dest="min_delta", type=float, default=0.02,
                         help="smallest optimality change that counts")
     parser.add_argument("--by-model", dest="by_model", action="store_true", help="one verdict per model too")
@@ -78,7 +79,7 @@ def compare_main(args: argparse.Namespace) -> int:
     run_a, run_b = Path(args.run_a), Path(args.run_b)
     table_a, _, _ = load_runs([run_a])
     table_b, _, _ = load_runs([run_b])
-    diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.01),
+    diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.05),
                          min_delta=getattr(args, "min_delta", 0.02), by_model=bool(getattr(args, "by_model", False)))
     out = Path(args.out) if getattr(args, "out", None) else run_b
     try:
