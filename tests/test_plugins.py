@@ -185,6 +185,49 @@ def test_the_contract_is_public_and_import_attackaudit_stays_torch_free():
     assert res.returncode == 0, res.stderr
 
 
+# -- what the harness really passes is what the Protocols' docstrings say ------------------------
+CALLS: list[dict] = []
+
+
+def _probe(model, inputs, labels, **kw):
+    """Records one call; returns the inputs unchanged (a failed attack, so the search goes on)."""
+    CALLS.append({"inputs": inputs, "labels": labels, **kw})
+    return inputs.clone()
+
+
+@pytest.mark.parametrize("kind, per_sample_eps, targeted", [
+    ("minimal", False, False), ("minimal", False, True), ("fixed", False, False), ("fixed", True, True)])
+def test_run_is_called_as_the_protocols_say(kind, per_sample_eps, targeted):
+    from attackaudit.data import random_targets
+    from attackaudit.job import attack_with_tracker
+
+    subset, model = tiny_problem()
+    x, y = subset.inputs, subset.labels
+    targets = random_targets(y, 10, 0) if targeted else None
+    spec = AttackSpec("probe", "probe", "pgd", "l2", kind, {}, functools.partial(_probe), per_sample_eps=per_sample_eps)
+    CALLS.clear()
+    _, returned, error = attack_with_tracker(spec, model, x, y, budget=200, targets=targets)
+    assert error == "" and CALLS
+    for call in CALLS:
+        n = len(call["inputs"])
+        assert call["inputs"].dtype == torch.float32 and call["inputs"].shape[1:] == x.shape[1:]
+        assert call["labels"].dtype == torch.int64 and call["labels"].shape == (n,)
+        assert 0 <= float(call["inputs"].min()) and float(call["inputs"].max()) <= 1
+        expected = {"eps"} if kind == "fixed" else set()
+        assert set(call) - {"inputs", "labels"} == expected | ({"targeted", "targets"} if targeted else set())
+        if targeted:
+            assert call["targeted"] is True and call["targets"].dtype == torch.int64
+            assert call["targets"].shape == (n,) and (call["targets"] != call["labels"]).all()
+        if kind == "fixed" and per_sample_eps:
+            eps = call["eps"]
+            assert isinstance(eps, torch.Tensor) and eps.dtype == torch.float32 and eps.shape == (n,)
+            assert eps.device.type == "cpu"
+        elif kind == "fixed":
+            assert type(call["eps"]) is float
+    if kind == "fixed":  # the failing probe is called again at every doubled ε
+        assert len(CALLS) > 1
+
+
 # -- identity ------------------------------------------------------------------------------------
 def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     path = write_plugin(tmp_path, GOOD)
