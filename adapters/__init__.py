@@ -216,7 +216,6 @@ def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Pa
     were asked for by name already and are always kept. A plugin file that cannot be loaded, or
     whose library name another entry already uses, raises PluginError.
     """
-    entries = [load_library(name) for name in BUILTIN_LIBRARIES if libraries is None or name in libraries]
     extra = _entry_point_entries()
     owners = {e.library: f"entry point {e.library}" for e in extra}
     for path in plugins:
@@ -227,5 +226,7 @@ def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Pa
                                   f"used by {owners[e.library]}; give the plugin's specs a library name of their own")
             owners[e.library] = f"plugin file {_split_pin(path)[0]}"
         extra.extend(loaded)
+    # built-ins last: importing them takes seconds, and a broken plugin file is reported before
+    entries = [load_library(name) for name in BUILTIN_LIBRARIES if libraries is None or name in libraries]
     entries.extend(e for e in extra if libraries is None or e.library in libraries or e.plugin is not None)
     return entries
