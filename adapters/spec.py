@@ -22,9 +22,9 @@ class MinimalAttack(Protocol):
     """``kind="minimal"``: called once per batch, returns its smallest adversarials.
 
     - ``model``: the QueryTracker, an ``nn.Module`` wrapping the model (in eval mode) on the
-      job's device; ``model(x)`` returns N×K float logits and is differentiable in ``x``. Every forward
-      and backward row is charged to the sample it is closest to; past the per-sample budget the
-      rows of that sample get a non-adversarial output and a zero gradient.
+      job's device; ``model(x)`` returns N×K float logits and is differentiable in ``x``. Every
+      forward and backward row is charged to the sample it is closest to; past the per-sample
+      budget the rows of that sample get a non-adversarial output and a zero gradient.
     - ``inputs``: N×C×H×W float32 on the job's device, values in [0, 1]; a private copy (an
       in-place change does no harm).
     - ``labels``: N int64 on the same device, the true classes.
@@ -46,8 +46,7 @@ class FixedEpsAttack(Protocol):
     The search (``harness/minimal.py``) calls it many times per batch (up to 14 rounds; one call
     per round, or one per distinct ε when ε is a float), each time on the subset of the batch
     still being searched, so N varies between calls; ε doubles from a norm-specific start until
-    success, then is bisected. Arguments are as in
-    :class:`MinimalAttack`, plus ``eps``:
+    success, then is bisected. Arguments are as in :class:`MinimalAttack`, plus ``eps``:
 
     - ``per_sample_eps=False`` (the default): ``eps`` is a Python ``float``, one ε for all N rows.
     - ``per_sample_eps=True``: ``eps`` is a float32 tensor of shape (N,), one ε per row, **on the
@@ -73,9 +72,11 @@ KINDS = ("minimal", "fixed")
 class AttackSpec:
     """One implementation of one attack, for one norm, in one library.
 
+    ``run`` is a :class:`MinimalAttack` or a :class:`FixedEpsAttack` according to ``kind``.
     ``targeted_support`` says whether the library can run the attack targeted; a spec that
     cannot is never run with ``--targeted`` (it is listed, and skipped with a reason).
-    ``gradient`` is false for attacks that legitimately need no backward pass.
+    ``gradient`` is false for attacks that legitimately need no backward pass. Plugin specs are
+    checked by :func:`spec_problem` when loaded.
     """
 
     library: str
