@@ -84,6 +84,8 @@ def _kept(bad: pd.DataFrame) -> str:
 
 def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
     n, out = len(g), []
+    if (g["status"] == "ok").all() and not (g["refused"] > 0).any():
+        return out
     for status, what in (("crash", "in batches that raised"), ("timeout", "in a job that timed out")):
         bad = g[g["status"] == status]
         if len(bad):
@@ -155,9 +157,17 @@ def _per_job(rows: pd.DataFrame) -> list[dict]:
     return out
 
 
+#: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
+#: selections cheap on demo-size tables)
+_ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "status", "error", "refused", "budget", "forwards",
+                "backwards", "best_distance", "returned_distance"]
+
+
 def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
     d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
-    rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
+    slim = t[[c for c in _ROW_COLUMNS if c in t.columns]]
+    slim = slim.assign(**{c: slim[c].astype(object) for c in ("status", "error", "family")})
+    rows = slim.merge(d_star, on=SAMPLE_KEY, how="left")
     rows["live"] = rows["d_star"] > 0
     return rows
 

@@ -57,21 +57,21 @@ class _Family:
         self.models: list[str] = []
         self.dist: list[np.ndarray] = []
         self.d_star: list[np.ndarray] = []
-        index = {k: i for i, k in enumerate(keys)}
-        for model, part in long.groupby("model", sort=True):
-            samples = np.sort(part["sample"].unique())
-            pos = {s: i for i, s in enumerate(samples)}
-            mat = np.full((len(keys), len(samples)), np.nan)
-            ref = np.full(len(samples), np.inf)
-            for (impl, version), g in part.groupby(IMPL_KEY, sort=False):
-                if (impl, version) not in index:
-                    continue
-                cols = [pos[s] for s in g["sample"]]
-                mat[index[(impl, version)], cols] = g["distance"].to_numpy(dtype=float)
-                ref[cols] = g["d_star"].to_numpy(dtype=float)
+        index = pd.MultiIndex.from_tuples(keys).get_indexer(pd.MultiIndex.from_frame(long[IMPL_KEY]))
+        models = long["model"].to_numpy()
+        samples, dist, ref = long["sample"].to_numpy(), long["distance"].to_numpy(float), long["d_star"].to_numpy(float)
+        for model in sorted(set(models)):
+            at = (models == model) & (index >= 0)
+            if not at.any():
+                continue  # none of this family's implementations ran on that model
+            uniq, col = np.unique(samples[at], return_inverse=True)
+            mat = np.full((len(keys), len(uniq)), np.nan)
+            mat[index[at], col] = dist[at]
+            d_star = np.full(len(uniq), np.inf)
+            d_star[col] = ref[at]
             self.models.append(str(model))
             self.dist.append(mat)
-            self.d_star.append(ref)
+            self.d_star.append(d_star)
 
     def pooled(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
         """Live distances of implementations i and j on the models both ran on, concatenated."""
@@ -92,7 +92,7 @@ def _xi(dist: np.ndarray, ref: np.ndarray, eps_max: float | None) -> np.ndarray:
     NaN where the envelope breaks nothing inside (0, ε₀) (degenerate) or the implementation did
     not run."""
     finite = np.where(np.isfinite(ref), ref, -np.inf)
-    eps0 = np.full(ref.shape[:-1], float(eps_max)) if eps_max is not None else finite.max(axis=-1)
+    eps0 = np.full(ref.shape[:-1], float(eps_max)) if eps_max is not None else finite.max(axis=-1, initial=-np.inf)
     eps0 = np.where(np.isfinite(eps0), eps0, 0.0)[..., None]
     live = ref > 0
     gain_ref = np.where(live, np.clip(eps0 - ref, 0.0, None), 0.0).sum(axis=-1)
@@ -192,7 +192,7 @@ def _summary(family: str, norm: str, verdict: str, members: list[dict], top_shar
 # ------------------------------------------------------------------------------------ main
 def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
               eps_max: Mapping[str, float] | None = None, n_boot: int = N_BOOTSTRAP,
-              seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+              seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (family, norm): the trust set. ``RECOMMEND_COLUMNS``, one row per family and norm.
 
     ``verdict`` is "clear" (one member), "tied" (several) or "untrusted" (no unflagged
@@ -200,11 +200,12 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     below their expected strength, names the best attack of the norm instead). ``trust_set`` is a
     list of ``{implementation, library_version, optimality, optimality_ci: [lo, hi], p_adjusted,
     wins_top, wins_member, samples_to_separate}`` (top pick first); ``optimality_ci`` of the row
-    is the top pick's. ``weak`` lists weakness notes (weak here, no label evidence).
+    is the top pick's. ``weak`` lists weakness notes (weak here, no label evidence). ``board``:
+    ``leaderboard(table, eps_max=eps_max)`` when the caller has it already.
     """
     from .leaderboard import leaderboard  # leaderboard re-exports this module's function
 
-    board = leaderboard(table, eps_max=eps_max)
+    board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:
         return pd.DataFrame(columns=RECOMMEND_COLUMNS)
     long = long_distances(without_twins(prepare(table)))
@@ -214,9 +215,11 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
                                 for r in board.itertuples(index=False)])
     strength = strength_findings(board[["norm", *IMPL_KEY, "family", "optimality", "n_models"]])
     best_of_norm = strength.drop_duplicates("norm").set_index("norm")
+    by_norm = dict(tuple(long.groupby("norm", sort=False)))
     rows = []
     for (family, norm), g in board.groupby(["family", "norm"], sort=True):
-        rows.append(_one(family, norm, g, long, best_of_norm.loc[norm], (eps_max or {}).get(norm), n_boot, seed))
+        rows.append(_one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
+                         (eps_max or {}).get(norm), n_boot, seed))
     return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
 
 
@@ -227,8 +230,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
                       ascending=[False, False, True, True, True], kind="stable").reset_index(drop=True)
     keys = list(zip(g["implementation"], g["library_version"]))
-    part = long[(long["norm"] == norm) & long.set_index(IMPL_KEY).index.isin(keys)]
-    fam = _Family(part, keys)
+    fam = _Family(long, keys)
     cands = [i for i in range(len(g)) if g.at[i, "clean"] and np.isfinite(g.at[i, "optimality"])]
     e = expected(family, norm)
     strong = is_strong(family, norm)

@@ -404,7 +404,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         flags_df = fidelity.flags(table)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
-    rec = fidelity.recommend(table, flags_df)
+    rec = fidelity.recommend(table, flags_df, board=board)
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)
     marks = fidelity.flagged(flags_df)
