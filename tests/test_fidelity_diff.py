@@ -1,5 +1,6 @@
 """Run diff (release audit): verdicts from paired changes, optimality and flags."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from attackaudit.fidelity import diff
@@ -79,3 +80,35 @@ def test_by_model():
     d = diff(run("1.17"), after, by_model=True)
     d = d[d.implementation == "art/APGD"].set_index("model")
     assert d.loc["m1", "verdict"] == "regressed" and d.loc["m2", "verdict"] == "unchanged"
+
+
+def _flags(impl_flags: dict[str, list[str]]) -> pd.DataFrame:
+    from attackaudit.fidelity import FLAG_COLUMNS
+    rows = [{"model": "m1", "library": "art", "library_version": "", "attack": "APGD", "implementation": impl,
+             "family": "apgd", "norm": "linf", "flag": f, "evidence": ""} for impl, fs in impl_flags.items() for f in fs]
+    return pd.DataFrame(rows, columns=FLAG_COLUMNS)
+
+
+def test_verdict_weighs_flags_by_severity_and_shows_every_part():
+    same = run("1.17")
+    # a crash that disappears outweighs a new last_not_best
+    d = diff(same, run("1.18"), flags_a=_flags({"art/APGD": ["crash"]}),
+             flags_b=_flags({"art/APGD": ["last_not_best"]})).set_index("implementation").loc["art/APGD"]
+    assert d.verdict == "improved" and d.score == 2
+    assert d.reason == "ξ 1.00 → 1.00, 0 better / 0 worse (p = 1, not significant), crash gone; new: last_not_best"
+    # and the other way round it is a regression
+    d = diff(same, run("1.18"), flags_a=_flags({"art/APGD": ["last_not_best"]}),
+             flags_b=_flags({"art/APGD": ["crash"]})).set_index("implementation").loc["art/APGD"]
+    assert d.verdict == "regressed" and d.score == -2
+    # equal weights both ways cancel: mixed, not unchanged
+    d = diff(same, run("1.18"), flags_a=_flags({"art/APGD": ["budget_overrun"]}),
+             flags_b=_flags({"art/APGD": ["last_not_best"]})).set_index("implementation").loc["art/APGD"]
+    assert d.verdict == "mixed" and d.score == 0
+
+
+def test_a_large_significant_improvement_outweighs_a_new_inefficiency():
+    d = diff(run("1.17", scale_apgd=1.8), run("1.18"), flags_a=_flags({}),
+             flags_b=_flags({"art/APGD": ["last_not_best"]}))
+    row = d.set_index("implementation").loc["art/APGD"]
+    assert row.verdict == "improved" and row.score == 3 - 1
+    assert "72 better / 0 worse" in row.reason and "significant" in row.reason and "new: last_not_best" in row.reason

@@ -12,6 +12,7 @@ from attackaudit.fidelity import diff, flags, recommend
 pytest.importorskip("adv_lib.attacks")
 
 PLUGIN = Path(__file__).parent / "plugins" / "defective.py"
+MISBEHAVING = Path(__file__).parent / "plugins" / "misbehaving.py"
 SAMPLES, BUDGET = 16, 400
 #: (model, spec key, steps scale): the grid, kept tiny
 GRID = [
@@ -21,6 +22,7 @@ GRID = [
     *[(m, "adv_lib/ddn/l2", 0.08) for m in ("digits-cnn", "digits-cnn~perm", "digits-mlp")],
     ("digits-cnn", "defective/ddn_short/l2", 1.0),
     ("digits-cnn", "defective/fmn_tiny_step/l2", 1.0),
+    ("digits-cnn", "misbehaving/raise/linf", 1.0),
 ]
 
 
@@ -28,10 +30,11 @@ GRID = [
 def rows() -> pd.DataFrame:
     from attackaudit.adapters import catalogue
     from attackaudit.data import load_subset
-    from attackaudit.job import Job, job_rows
+    from attackaudit.job import Job, failure_rows, job_rows
     from attackaudit.zoo import load_model
 
-    specs = {s.key: (s, e.version) for e in catalogue(["adv_lib", "defective"], plugins=(str(PLUGIN),))
+    specs = {s.key: (s, e.version) for e in catalogue(["adv_lib", "defective", "misbehaving"],
+                                                      plugins=(str(PLUGIN), str(MISBEHAVING)))
              for s in e.specs}
     subset = load_subset("digits", SAMPLES, 0)
     frames, models = [], {}
@@ -40,6 +43,9 @@ def rows() -> pd.DataFrame:
         model_net = models.setdefault(model, load_model(model))
         job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET)
         frames.append(job_rows(job, spec.scaled(scale), version, model_net, subset, None))
+    # what the runner writes for a job it had to kill (timeout): rows without any tracker result
+    killed = Job(run="t", model="digits-cnn", spec_key="misbehaving/hang/linf", samples=SAMPLES, budget=BUDGET)
+    frames.append(failure_rows(killed, subset, "timeout", "timed out after 60 s", specs[killed.spec_key][0]))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -116,3 +122,13 @@ def test_audit_verdict_weighs_the_evidence_of_real_runs(rows):
     assert "silent_failure gone" in row.reason
     back = diff(after, before).set_index("implementation").loc["plug/ddn"]
     assert back.verdict == "regressed" and "new: " in back.reason and "silent_failure" in back.reason
+
+
+def test_crash_and_timeout_evidence_is_true_of_their_rows(rows, found):
+    crash = found[(found.implementation == "misbehaving/raise") & (found.flag == "crash")].evidence.iloc[0]
+    raised = rows[rows.implementation == "misbehaving/raise"]
+    assert (raised.forwards > 0).all() and "the tracker's results before it are kept (0 of these" in crash
+    timeout = found[(found.implementation == "misbehaving/hang") & (found.flag == "timeout")].evidence.iloc[0]
+    killed = rows[rows.implementation == "misbehaving/hang"]
+    assert np.isinf(killed.best_distance).all() and "no tracker results survive" in timeout
+    assert "kept" not in timeout
