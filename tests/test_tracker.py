@@ -5,6 +5,7 @@ import torchattacks
 
 from attackaudit.tracker import BOX_TOLERANCE, QueryTracker
 from reference_ledger import ReferenceLedger, assert_agree
+from test_minimal import TwoClassLinear
 
 
 def fgsm(model, x, y, eps):
@@ -273,18 +274,6 @@ def test_a_subset_hint_is_checked_not_trusted(cnn, subset8):
     assert torch.isfinite(runs[0].best_distance[sub]).any()
 
 
-class _TwoClassLinear(torch.nn.Module):
-    """logits = [0, w·x + b]: adversarial (class 1 for label 0) exactly where w·x + b > 0."""
-
-    def __init__(self, w: torch.Tensor, b: float):
-        super().__init__()
-        self.w, self.b = w, b
-
-    def forward(self, x):
-        z = x.flatten(1) @ self.w + self.b
-        return torch.stack([torch.zeros_like(z), z], 1)
-
-
 def test_recheck_drops_a_best_that_only_the_unclamped_row_made_adversarial():
     """A minimum-norm attack that steps just outside the box (within the tolerance) where the
     outside coordinate carries it over the boundary: the raw row is adversarial, its clamped point
@@ -293,7 +282,7 @@ def test_recheck_drops_a_best_that_only_the_unclamped_row_made_adversarial():
     w = torch.zeros(4)
     w[0], w[1] = 1e4, 1.0
     x = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).view(1, 1, 2, 2)
-    model = _TwoClassLinear(w, -1e4 - 0.05)  # clean: 1e4 - 1e4 - 0.05 < 0, label 0
+    model = TwoClassLinear(w, -1e4 - 0.05)  # clean: 1e4 - 1e4 - 0.05 < 0, label 0
     y = torch.tensor([0])
     far = x.clone().view(-1)
     far[1] = 0.5  # w·x + b = 0.45 > 0: adversarial at L2 distance 0.5
