@@ -106,6 +106,10 @@ def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _last_not_best(g: pd.DataFrame) -> list[tuple[str, str]]:
+    ret, best = g["returned_distance"].to_numpy(), g["best_distance"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        if not (ret > best * (1 + LAST_NOT_BEST_RTOL) + 1e-9).any():
+            return []  # the common case, decided without building frames
     elig = g[(g["status"] == "ok") & g["live"] & np.isfinite(g["best_distance"])]
     if elig.empty:
         return []
@@ -126,24 +130,26 @@ def _effort(g: pd.DataFrame) -> list[tuple[str, str]]:
     """Did the attack run at all (``silent_failure``)? A gradient attack without any backward
     pass; about one query per sample and nothing broken; or none of ≥ ``MIN_EVIDENCE_SAMPLES``
     samples other implementations broke was broken (ASR = clean error rate)."""
-    ok = g[g["status"] == "ok"]
-    if ok.empty:
+    ok = (g["status"] == "ok").to_numpy()
+    if not ok.any():
         return []
-    gradient = str(ok["family"].iloc[0]) not in GRADIENT_FREE_FAMILIES
-    target = ok[ok["live"] & np.isfinite(ok["d_star"])]  # samples some implementation broke
-    m = len(target)
-    success = int(np.isfinite(target["best_distance"]).sum())
-    asr = float((~ok["live"] | np.isfinite(ok["best_distance"])).mean())
-    rates = f"ASR {asr:.2f} vs clean error rate {float((~ok['live']).mean()):.2f}"
-    if gradient and ok["backwards"].sum() == 0:
-        return [("silent_failure", f"no backward pass on any of {len(ok)} samples for a gradient attack; {rates}")]
-    queries = ok["forwards"] + ok["backwards"]
-    if m and success == 0 and queries.sum() <= len(ok):
+    live, d_star = g["live"].to_numpy()[ok], g["d_star"].to_numpy()[ok]
+    best = g["best_distance"].to_numpy()[ok]
+    forwards, backwards = g["forwards"].to_numpy()[ok], g["backwards"].to_numpy()[ok]
+    gradient = str(g["family"].iat[0]) not in GRADIENT_FREE_FAMILIES
+    target = live & np.isfinite(d_star)  # samples some implementation broke
+    m = int(target.sum())
+    success = int(np.isfinite(best[target]).sum())
+    rates = (f"ASR {float((~live | np.isfinite(best)).mean()):.2f} vs clean error rate "
+             f"{float((~live).mean()):.2f}")
+    if gradient and backwards.sum() == 0:
+        return [("silent_failure", f"no backward pass on any of {ok.sum()} samples for a gradient attack; {rates}")]
+    if m and success == 0 and (forwards + backwards).sum() <= ok.sum():
         return [("silent_failure", f"at most one query per sample and none of the {m} samples other "
                                    f"implementations broke was broken; {rates}")]
     if m >= MIN_EVIDENCE_SAMPLES and success == 0:
         return [("silent_failure", f"broke none of the {m} samples other implementations broke "
-                                   f"({ok['forwards'].mean():.0f} forwards, {ok['backwards'].mean():.0f} backwards "
+                                   f"({forwards.mean():.0f} forwards, {backwards.mean():.0f} backwards "
                                    f"per sample); {rates}")]
     return []
 
