@@ -8,8 +8,13 @@ jeromerony/adversarial-library#17):
   0.2.8 fixed it (``-learning_rate`` always, the logit difference negated when targeted);
 - between 0.2.2 and 0.2.6 FMN was only refactored (``torch.lerp``, an in-place ``addcdiv_``).
 
+Old releases of other libraries test the resolution of each release's environment: ART 1.17.1
+imports ``pkg_resources`` (gone from setuptools 82), so its overlay shadows the project's setuptools;
+cleverhans 3.1.0's ``pytorch`` extra pins torchvision 0.3.0, a conflict with the project's torch stack.
+Audits of long release ranges and large downloads run only with ``ATTACKAUDIT_LONG_AUDITS=1``.
+
 Release environments are cached in the user's cache directory (``ATTACKAUDIT_CACHE`` if set), so
-only the first run of these tests installs anything; the failure test uses a throwaway cache.
+only the first run of these tests installs anything; the failure tests use a throwaway cache.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,21 +34,33 @@ import pandas as pd
 import pytest
 
 from attackaudit import cli, load_run
-from attackaudit.audit_env import prepare_env
+from attackaudit.audit import index_releases
+from attackaudit.audit_env import _still_valid, base_site_packages, prepare_env
 
+LONG = pytest.mark.skipif(os.environ.get("ATTACKAUDIT_LONG_AUDITS") != "1",
+                          reason="long release audit: set ATTACKAUDIT_LONG_AUDITS=1")
 GRID = ["--models", "digits-cnn", "--samples", "16", "--steps-scale", "0.2", "--quiet"]
 
 
 def installed_state() -> tuple:
-    """adv-lib's installed version and a fingerprint of every file of its installation."""
+    """adv-lib's installed version, a fingerprint of every file of its installation, and one of the
+    whole project environment (every site-packages entry, every distribution's RECORD, every .pth)."""
     dist = importlib.metadata.distribution("adv-lib")
     digest = hashlib.sha256()
     for f in sorted(dist.files or [], key=str):
         path = Path(dist.locate_file(f))
         if path.is_file():
             digest.update(str(f).encode() + path.read_bytes())
-    site_packages = Path(dist.locate_file(""))
-    return dist.version, digest.hexdigest(), sorted(p.name for p in site_packages.iterdir())
+    project = hashlib.sha256()
+    for sp in base_site_packages():
+        for entry in sorted(Path(sp).iterdir()):
+            project.update(entry.name.encode())
+            record = entry / "RECORD"
+            if record.is_file():
+                project.update(record.read_bytes())
+            elif entry.suffix == ".pth":
+                project.update(entry.read_bytes())
+    return dist.version, digest.hexdigest(), project.hexdigest()
 
 
 def audit(args: list[str]) -> tuple[int, str, str]:
@@ -83,9 +103,10 @@ def cw_fix(cw_audits):
 
 @pytest.fixture(scope="module")
 def df_added(tmp_path_factory, before):
-    """0.2.2 -> 0.2.6, untargeted DeepFool and FMN in L2: DeepFool is new, FMN only refactored."""
+    """0.2.2 .. 0.2.8 bisected, untargeted DeepFool and FMN in L2: DeepFool is new in 0.2.6, FMN
+    only refactored. The bisection runs 0.2.6 too, so its verdicts against 0.2.2 are in the evidence."""
     out = tmp_path_factory.mktemp("audit") / "df"
-    code, stdout, stderr = audit(["adv-lib==0.2.2", "adv-lib==0.2.6", "--families", "deepfool", "fmn",
+    code, stdout, stderr = audit(["adv-lib==0.2.2", "adv-lib==0.2.8", "--bisect", "--families", "deepfool", "fmn",
                                   "--norms", "l2", *GRID, "--out", str(out)])
     assert code == 0, stderr
     return out, stdout
@@ -128,16 +149,21 @@ def test_each_release_ran_under_its_own_environment(cw_fix):
     assert m_old["config"]["python"] == doc["before"]["environment"]["python"] != sys.executable
     assert doc["after"]["installed"] and m_new["config"]["python"] == ""
     assert m_old["subset_hash"] == m_new["subset_hash"] == doc["grid"]["subset_hash"]
+    # adv-lib 0.2.6 asks for nothing the project lacks: its overlay holds the release alone
+    assert doc["before"]["environment"]["resolved"] == []
+    assert doc["environments"] == ["0.2.6: the release alone; the project's environment satisfies all its requirements",
+                                   "0.2.8: the installed release, in the project's environment"]
     assert {k: v for k, v in m_old["config"].items() if k != "python"} == \
            {k: v for k, v in m_new["config"].items() if k != "python"}
 
 
 def test_deepfool_added_in_0_2_6_is_new_and_fmn_refactor_unchanged(df_added):
     out, _ = df_added
-    v = verdicts(out)
-    assert v[("adv_lib/df", "l2")]["verdict"] == "new"
-    assert v[("adv_lib/df", "l2")]["version_before"] == ""
-    assert v[("adv_lib/fmn", "l2")]["verdict"] == "unchanged", v[("adv_lib/fmn", "l2")]["line"]
+    assert verdicts(out)[("adv_lib/df", "l2")]["verdict"] == "new"  # 0.2.2 -> 0.2.8
+    tested = {t["version"]: t for t in json.loads((out / "audit.json").read_text())["bisect"]["tested"]}
+    at_0_2_6 = {(r["implementation"], r["norm"]): r for r in tested["0.2.6"]["implementations"]}
+    assert at_0_2_6[("adv_lib/df", "l2")]["verdict"] == "new"
+    assert at_0_2_6[("adv_lib/fmn", "l2")]["verdict"] == "unchanged", at_0_2_6[("adv_lib/fmn", "l2")]
     rows = load_run(out / "adv_lib-0.2.2")
     assert set(rows["attack"]) == {"fmn"} and set(rows["library_version"]) == {"0.2.2"}
     assert not (rows["status"] == "crash").any()
@@ -183,3 +209,138 @@ def test_audit_json_is_strict_json(cw_fix):
                 "flags_disappeared", "line"):
         assert key in r
     assert pd.read_csv(out / "diff.csv")["verdict"].tolist() == ["improved"]
+
+
+# -- bisect ---------------------------------------------------------------------------------------
+def test_bisect_finds_the_release_that_added_deepfool(df_added):
+    out, stdout = df_added
+    doc = json.loads((out / "audit.json").read_text())
+    b = doc["bisect"]
+    assert b["releases"] == ["0.2.2", "0.2.6", "0.2.8"]
+    change = {(c["implementation"], c["norm"]): c for c in b["changes"]}[("adv_lib/df", "l2")]
+    assert (change["verdict"], change["first_release"], change["last_release_before"]) == ("new", "0.2.6", "0.2.2")
+    assert "adv_lib/df [l2]: new first in adv-lib 0.2.6 (last release before it: 0.2.2)" in stdout
+    tested = {t["version"]: t for t in b["tested"]}
+    assert set(tested) == {"0.2.2", "0.2.6", "0.2.8"}
+    df_06 = {(r["implementation"], r["norm"]): r for r in tested["0.2.6"]["implementations"]}[("adv_lib/df", "l2")]
+    assert df_06["verdict"] == "new" and 0 < df_06["optimality"] <= 1 and 0 < df_06["asr"] <= 1
+    assert ("adv_lib/df", "l2") not in {(r["implementation"], r["norm"]) for r in tested["0.2.2"]["implementations"]
+                                        if r["asr"] is not None}
+    assert tested["0.2.6"]["environment"]["resolved"] == [] and tested["0.2.8"]["installed"]
+    md = (out / "audit.md").read_text()
+    assert "## Bisect over 3 releases of adv-lib" in md and "| 0.2.6 | adv_lib/df | l2 |" in md
+    assert "Bisect over 3 releases" in (out / "audit.html").read_text()
+
+
+def test_index_releases_lists_the_range_in_order():
+    assert index_releases("adv-lib", "0.2.2", "0.2.8") == ["0.2.2", "0.2.6", "0.2.8"]
+    assert index_releases("adv-lib", "0.2.6", "0.2.8") == ["0.2.6", "0.2.8"]
+    with pytest.raises(ValueError, match="not on the package index"):
+        index_releases("adv-lib", "0.2.3", "0.2.8")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["adv-lib==0.2.6", "--bisect"], "--bisect needs two releases"),
+    (["adv-lib==0.2.3", "adv-lib==0.2.8", "--bisect"], "adv-lib==0.2.3 is not on the package index"),
+])
+def test_bisect_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, args, message):
+    monkeypatch.setenv("ATTACKAUDIT_CACHE", str(tmp_path / "cache"))
+    code, _, stderr = audit([*args, "--models", "digits-cnn", "--out", str(tmp_path / "out")])
+    assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache" / "envs").exists()
+
+
+# -- releases that need other requirements than the project's -------------------------------------
+ART_GRID = ["--attacks", "art/FastGradientMethod/linf", "--models", "digits-cnn", "--samples", "8", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def art_1_17(tmp_path_factory, before):
+    """ART 1.17.1 (imports pkg_resources) against the installed ART, FGM L∞ only (1.17.1 rejects
+    the per-sample ε arrays of the minimal-ε search in L1, a real crash the audit reports)."""
+    out = tmp_path_factory.mktemp("audit") / "art"
+    start = time.perf_counter()
+    code, stdout, stderr = audit(["adversarial-robustness-toolbox==1.17.1", *ART_GRID, "--out", str(out)])
+    assert code == 0, stderr
+    return out, stdout, time.perf_counter() - start
+
+
+def test_release_needing_an_older_setuptools_gets_it_in_its_overlay_only(art_1_17, before):
+    out, stdout, _ = art_1_17
+    doc = json.loads((out / "audit.json").read_text())
+    env = doc["before"]["environment"]
+    assert doc["before"]["version"] == "1.17.1" and doc["after"]["installed"]
+    project_setuptools = importlib.metadata.version("setuptools")
+    assert int(project_setuptools.split(".")[0]) >= 82  # the project's own has no pkg_resources
+    (rec,) = env["resolved"]
+    assert rec["name"] == "setuptools" and rec["project_version"] == project_setuptools
+    assert int(rec["version"].split(".")[0]) < 82 and "pkg_resources" in rec["why"]
+    assert f"shadowed setuptools {project_setuptools} -> {rec['version']}" in stdout
+    assert f"1.17.1: shadowed setuptools {project_setuptools} -> {rec['version']}" in (out / "audit.md").read_text()
+    # pkg_resources exists in the overlay, not in the project
+    probe = "import pkg_resources, setuptools; print(setuptools.__version__)"
+    inside = subprocess.run([env["python"], "-c", probe], capture_output=True, text=True)
+    assert inside.returncode == 0 and inside.stdout.strip() == rec["version"], inside.stderr
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != 0
+    assert set(load_run(out / "art-1.17.1")["library_version"]) == {"1.17.1"}
+    assert not (load_run(out / "art-1.17.1")["status"] == "crash").any()
+    assert installed_state() == before
+
+
+def test_cache_key_covers_the_resolution(art_1_17, tmp_path):
+    out, _, _ = art_1_17
+    env = json.loads((out / "audit.json").read_text())["before"]["environment"]
+    assert Path(env["path"]).name.endswith(env["key"])
+    assert _still_valid(Path(env["path"]))["consulted"]["setuptools"] == importlib.metadata.version("setuptools")
+    # the same overlay, resolved against another setuptools, is not reused
+    copy = tmp_path / "copy"
+    shutil.copytree(env["path"], copy, symlinks=True)
+    marker = copy / "attackaudit-env.json"
+    meta = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**meta, "consulted": {**meta["consulted"], "setuptools": "75.0.0"}}))
+    assert _still_valid(copy) is None
+
+
+def test_requirement_conflicting_with_torch_is_one_line_exit_2(tmp_path, monkeypatch, before):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATTACKAUDIT_CACHE", str(cache))
+    code, _, stderr = audit(["cleverhans==3.1.0", "cleverhans==4.0.0", "--models", "digits-cnn",
+                             "--out", str(tmp_path / "out")])
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("attackaudit: error: cleverhans==3.1.0 requires torchvision==0.3.0"), line
+    assert f"the project's torchvision {importlib.metadata.version('torchvision')}" in line
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in (cache / "envs").iterdir() if not p.name.endswith(".lock")] == []
+    assert installed_state() == before
+
+
+@LONG
+def test_requirement_that_cannot_live_beside_numpy_is_one_line_exit_2(tmp_path, monkeypatch, before):
+    """ART 1.14.0 asks for scikit-learn<1.2.0: 1.1.3 has a wheel for Python 3.11, built for NumPy 1.x."""
+    monkeypatch.setenv("ATTACKAUDIT_CACHE", str(tmp_path / "cache"))
+    code, _, stderr = audit(["adversarial-robustness-toolbox==1.14.0", *ART_GRID, "--out", str(tmp_path / "out")])
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    assert "adversarial-robustness-toolbox==1.14.0: its requirement scikit-learn<1.2.0" in line, line
+    assert f"numpy {importlib.metadata.version('numpy')}" in line
+    assert installed_state() == before
+
+
+@LONG
+@pytest.mark.parametrize("releases, grid", [
+    (["torchattacks==3.4.0", "torchattacks==3.5.1"], ["--families", "pgd", "cw", "--norms", "linf", "l2"]),
+    (["foolbox==3.3.3", "foolbox==3.3.4"], ["--families", "pgd", "fmn", "--norms", "l2"]),
+    (["adversarial-robustness-toolbox==1.17.1", "adversarial-robustness-toolbox==1.20.1"],
+     ["--families", "pgd", "--norms", "l1"]),
+])
+def test_long_bisects_of_old_releases(tmp_path, releases, grid, before):
+    code, stdout, stderr = audit([*releases, "--bisect", *grid, "--models", "digits-cnn", "--samples", "8",
+                                  "--steps-scale", "0.2", "--quiet", "--out", str(tmp_path / "out")])
+    assert code == 0, stderr
+    doc = json.loads((tmp_path / "out" / "audit.json").read_text())
+    tested = [t["version"] for t in doc["bisect"]["tested"]]
+    assert tested[0] == releases[0].split("==")[1] and tested[-1] == releases[1].split("==")[1]
+    for change in doc["bisect"]["changes"]:
+        assert change["first_release"] in tested and change["last_release_before"] in tested
+    assert installed_state() == before
