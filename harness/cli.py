@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import audit as audit_command
 
-    p = sub.add_parser("audit", help="release audit: the same grid on two releases of a library, and what changed")
+    p = sub.add_parser("audit", help="release audit: the same grid on two releases of a library, and what "
+                                       "changed (--bisect: in which release)")
     audit_command.add_arguments(p)
     p.set_defaults(func=_guarded(audit_command.main))
     return parser
