@@ -132,3 +132,26 @@ def test_crash_and_timeout_evidence_is_true_of_their_rows(rows, found):
     killed = rows[rows.implementation == "misbehaving/hang"]
     assert np.isinf(killed.best_distance).all() and "no tracker results survive" in timeout
     assert "kept" not in timeout
+
+
+def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
+    import torch
+
+    from attackaudit.config import RunConfig
+    from attackaudit.data import load_subset
+    from attackaudit.job import perm_twin_classes
+    from attackaudit.runner import plan
+    from attackaudit.zoo import class_permutation, load_model
+
+    config = RunConfig(out=str(tmp_path / "r"), models=["digits-mlp"], attacks=["adv_lib/ddn"], samples=4,
+                       metamorphic=True)
+    assert {j.model for j in plan(config).jobs} == {"digits-mlp", "digits-mlp~shift", "digits-mlp~perm"}
+    perm = class_permutation(10)
+    assert sorted(perm.tolist()) == list(range(10)) and (perm != torch.arange(10)).all()  # a derangement
+    subset = load_subset("digits", 16, 0)
+    base, twin = load_model("digits-mlp"), load_model("digits-mlp~perm")
+    labels, targets = perm_twin_classes(twin, subset.inputs, subset.labels, (subset.labels + 1) % 10)
+    with torch.no_grad():
+        # the twin decides class σ(k) exactly where the base model decides k
+        assert torch.equal(twin(subset.inputs).argmax(1), perm[base(subset.inputs).argmax(1)])
+    assert torch.equal(labels, perm[subset.labels]) and torch.equal(targets, perm[(subset.labels + 1) % 10])
