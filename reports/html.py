@@ -138,7 +138,7 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
                                                        for x in s["skipped"]))
     rec = T.recommendation_rows(data)
     parts.append(f'<h3 id="recommendation">Which implementation to trust</h3><p class="explain">{esc(T.EXPLAIN_RECOMMEND)}</p>')
-    parts.append(table(rec, T.RECOMMEND_COLS, classes={"implementation": "trusted"}) if len(rec)
+    parts.append(table(rec, T.RECOMMEND_COLS, classes={"trust": "trusted"}) if len(rec)
                  else "<p>No implementation produced results.</p>")
     parts.append("</section>")
 

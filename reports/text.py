@@ -270,8 +270,10 @@ def recommendation_rows(data: ReportData) -> pd.DataFrame:
                   f"none (best: {name}, flagged)" for v, ts, name in zip(r["verdict"], r["trust_set"], r["implementation"])]
     r["ci"] = ["—" if not isinstance(ci, (list, tuple)) or not all(np.isfinite(ci)) else f"{ci[0]:.3f}–{ci[1]:.3f}"
                for ci in r["optimality_ci"]]
-    r["note"] = ["; ".join([x for x in [note or ("only implementation" if n == 1 else "")] if x] + list(weak))
-                 for note, n, weak in zip(r["note"], r["candidates"], r["weak"])]
+    # an untrusted row's note is its "what to do" already
+    r["note"] = ["; ".join([x for x in [("" if v == "untrusted" else note) or ("only implementation" if n == 1 else "")]
+                            if x] + list(weak))
+                 for note, n, weak, v in zip(r["note"], r["candidates"], r["weak"], r["verdict"])]
     # families with a real choice first, then alphabetical
     r["_single"] = r["candidates"] <= 1
     return r.sort_values(["_single", "family", "norm"], kind="stable").drop(columns="_single")
