@@ -160,7 +160,10 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
         ref = float(refs.get(norm, np.inf))
         vals = {s: _side_values(part[part["_side"] == s], use[s], eps_max, ref) for s in ("a", "b")}
         fkey = (norm, impl) + ((key[2],) if by_model else ())
-        fa, fb = fsets["a"].get(fkey, set()), fsets["b"].get(fkey, set())
+        # a finding about all models (model "*": class-conditional label_bug, strength) counts on each
+        every = (norm, impl, "*") if by_model else fkey
+        fa = fsets["a"].get(fkey, set()) | fsets["a"].get(every, set())
+        fb = fsets["b"].get(fkey, set()) | fsets["b"].get(every, set())
         stat = paired_comparison(vals["b"][2], vals["a"][2]) if shared else paired_comparison([], [])
         delta = vals["b"][0] - vals["a"][0]
         verdict = "" if len(present) == 2 else ("new" if present == ["b"] else "removed")

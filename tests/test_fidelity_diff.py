@@ -112,3 +112,11 @@ def test_a_large_significant_improvement_outweighs_a_new_inefficiency():
     row = d.set_index("implementation").loc["art/APGD"]
     assert row.verdict == "improved" and row.score == 3 - 1
     assert "72 better / 0 worse" in row.reason and "significant" in row.reason and "new: last_not_best" in row.reason
+
+
+def test_a_finding_about_all_models_counts_on_each_model():
+    every = _flags({"art/APGD": ["below_expected_strength"]}).assign(model="*")
+    d = diff(run("1.17"), run("1.18"), flags_a=every, flags_b=_flags({}), by_model=True)
+    d = d[d.implementation == "art/APGD"].set_index("model")
+    assert (d.verdict == "improved").all() and set(d.index) == {"m1", "m2"}
+    assert all("below_expected_strength gone" in r for r in d.reason)
