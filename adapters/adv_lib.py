@@ -62,9 +62,11 @@ def specs() -> list[AttackSpec]:
     def minimal(name, fn, family, spec_norm, steps_param="", targeted_support=True, **params):
         if not _has(fn, params):  # absent from this release: not in the catalogue
             return
+        # adv-lib's df, fab and tr warn and return the input unchanged when targeted=True
+        note = "" if targeted_support else f"adv-lib's {name} has no targeted mode (returns the input)"
         out.append(AttackSpec(LIBRARY, name, family, spec_norm, "minimal", params,
                               partial(_minimal, fn, **params), targeted_support=targeted_support,
-                              steps_param=steps_param))
+                              steps_param=steps_param, note=note))
 
     def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", **params):
         if not _has(fn, {**params, eps_name: None}):

@@ -37,6 +37,7 @@ class ReferenceLedger(nn.Module):
         self.kept: list[list[tuple[float, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
         with torch.no_grad():
             clean = self.model(self.inputs)
+        self.num_classes = int(clean.shape[1])  # as the tracker: adapters read it instead of querying
         for i in range(self.n):
             if self._adversarial(clean[i], i):
                 self._offer(self.flat[i], i)
