@@ -236,7 +236,8 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     strong = is_strong(family, norm)
     n_models = int(g["n_models"].max())
     per_model = int(round(np.mean([r.size for r in fam.d_star]))) if fam.d_star else 0
-    best_norm = f"{norm_best['best_in_norm_impl']} (ξ {norm_best['best_in_norm']:.3f})"
+    xi_norm = float(norm_best["best_in_norm"])
+    best_norm = f"{norm_best['best_in_norm_impl']} (ξ {xi_norm:.3f})" if np.isfinite(xi_norm) else "none (ξ n/a)"
     xi_boot, idx_all = _bootstrap(fam, eps_max, n_boot, seed) if fam.models else (np.full((0, len(g)), np.nan), [])
     ci = [(float(np.nanpercentile(xi_boot[:, i], 2.5)), float(np.nanpercentile(xi_boot[:, i], 97.5)))
           if len(xi_boot) and np.isfinite(xi_boot[:, i]).any() else (float("nan"), float("nan")) for i in range(len(g))]
