@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .audit_env import AuditEnvError, Env, installed_version, prepare_env, resolution_phrase
+from .grid_args import add_grid_arguments, grid_flags
 
 _RELEASE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
 
@@ -434,31 +435,15 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
 
 
 # -- command line -------------------------------------------------------------------------------
-_GRID = ["models", "families", "norms", "attacks", "samples", "budget", "seed", "steps_scale", "device",
-         "workers", "timeout_s"]
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("releases", nargs="+", metavar="LIB==V",
                    help="one or two releases, e.g. adv-lib==0.2.6 adv-lib==0.2.8 (one: against the installed)")
     p.add_argument("--out", required=True, help="audit directory: a run per release, audit.json, audit.md|html")
-    p.add_argument("--models", nargs="+")
-    p.add_argument("--families", nargs="+")
-    p.add_argument("--norms", nargs="+")
-    p.add_argument("--attacks", nargs="+", help="spec keys or implementations, e.g. adv_lib/fmn")
-    p.add_argument("--samples", type=int)
-    p.add_argument("--budget", type=int, help="forwards + backwards per sample (default 2000)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
-    p.add_argument("--targeted", action="store_true")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
+    add_grid_arguments(p)
     p.add_argument("--alpha", type=float, default=0.05,
                    help="family-wise significance level of the paired tests (Holm), as in reports and flags")
     p.add_argument("--min-delta", dest="min_delta", type=float, default=0.02,
                    help="smallest optimality change that counts")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
     p.add_argument("--bisect", action="store_true",
                    help="also bisect the releases between the two on the package index: the first release at "
@@ -466,9 +451,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    flags = {k: getattr(args, k) for k in _GRID}
-    flags["targeted"] = True if args.targeted else None
-    flags["quiet"] = True if args.quiet else None
+    flags = grid_flags(args)
     doc = audit(args.releases, args.out, flags, alpha=args.alpha, min_delta=args.min_delta,
                 bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout))
     return 1 if args.strict and doc["counts"].get("regressed") else 0

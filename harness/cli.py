@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Sequence
 
+from .grid_args import GRID_SWITCHES, GRID_VALUES, add_grid_arguments, grid_flags
+
 EXIT_USAGE = 2
 
 
@@ -101,12 +103,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 # -- run -----------------------------------------------------------------------------------
 def _run_flags(args: argparse.Namespace) -> dict:
-    keys = ["out", "preset", "models", "libraries", "families", "norms", "attacks", "samples",
-            "budget", "seed", "executor", "scheduler", "workers", "device", "batch_size",
-            "timeout_s", "memory_limit_mb", "steps_scale", "dataset", "model_dir", "threat_model"]
-    flags = {k: getattr(args, k) for k in keys}
-    for k in ("targeted", "metamorphic", "quiet", "force", "strict", "allow_download", "trust_checkpoint"):
-        flags[k] = True if getattr(args, k) else None
+    flags = grid_flags(args, GRID_VALUES + ["out", "preset", "libraries", "executor", "scheduler", "batch_size",
+                                            "memory_limit_mb", "dataset", "model_dir", "threat_model"],
+                       GRID_SWITCHES + ["metamorphic", "force", "strict", "allow_download", "trust_checkpoint"])
     flags["plugins"] = args.plugin
     return flags
 
@@ -149,21 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="a CONFIG.toml; flags override it")
     p.add_argument("--out", help="run directory (created; rerunning resumes)")
     p.add_argument("--preset", choices=["quick", "demo"])
-    p.add_argument("--models", nargs="+")
+    add_grid_arguments(p)
     p.add_argument("--libraries", nargs="+")
-    p.add_argument("--families", nargs="+")
-    p.add_argument("--norms", nargs="+")
-    p.add_argument("--attacks", nargs="+", help="spec keys or implementations, e.g. adv_lib/fmn")
-    p.add_argument("--samples", type=int)
-    p.add_argument("--budget", type=int, help="forwards + backwards per sample (default 2000)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--targeted", action="store_true")
     p.add_argument("--metamorphic", action="store_true", help="also run every model's metamorphic twins (logits shifted; classes permuted)")
-    p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
     p.add_argument("--executor", choices=["local", "dask"])
     p.add_argument("--scheduler", help="address of an existing Dask scheduler")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (cuda when available)")
     p.add_argument("--batch-size", dest="batch_size", type=int, help="samples per attack call (0: all at once)")
     p.add_argument("--dataset", help="digits, cifar10:DIR, cifar100:DIR, imagenet:ROOT:LIST[:CROP[:RESIZE]], "
                                      "tensors:FILE or tensors:INPUTS:LABELS")
@@ -175,10 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let model sources download missing weights (never done otherwise)")
     p.add_argument("--trust-checkpoint", dest="trust_checkpoint", action="store_true",
                    help="unpickle checkpoints in full (torch.load weights_only=False): only for trusted files")
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
     p.add_argument("--memory-limit-mb", dest="memory_limit_mb", type=int)
     p.add_argument("--plugin", action="append", help="a .py file defining specs() (repeatable)")
-    p.add_argument("--quiet", action="store_true")
     p.add_argument("--force", action="store_true", help="run a changed config in an existing run directory")
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
     p.set_defaults(func=cmd_run)
