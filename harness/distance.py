@@ -25,12 +25,19 @@ def lp_norm(delta: Tensor, norm: str) -> Tensor:
     raise ValueError(f"unknown norm {norm!r}; use one of l0, l1, l2, linf")
 
 
+def attribution_norm(norm: str) -> str:
+    """The norm a query is attributed under for a job of ``norm``: the job's own, but L1 for L0,
+    where a count of changed coordinates ties too easily under float noise. The one place this
+    rule lives; the tracker and the distances below both read it."""
+    return "l1" if norm == "l0" else norm
+
+
 def pairwise_distance(rows: Tensor, originals: Tensor, norm: str) -> Tensor:
     """B×N distances between flattened ``rows`` (B×D) and ``originals`` (N×D).
 
-    L0 uses L1 for attribution: a count of changed coordinates ties too easily under float noise.
+    Measured under ``attribution_norm(norm)``.
     """
-    p = 1.0 if norm == "l0" else TORCH_P[norm]
+    p = TORCH_P[attribution_norm(norm)]
     # no matrix-product shortcut for L2: its rounding depends on the batch sizes, and the
     # attribution rule needs a row's distance to be the same whatever else is in the batch
     return torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p,
@@ -47,5 +54,5 @@ def finite_pairwise_distance(rows: Tensor, points: Tensor, norm: str) -> Tensor:
     if not clean:
         bad = (~finite.all(1)).nonzero().squeeze(1)
         delta = (rows[bad].unsqueeze(1) - points.unsqueeze(0)).masked_fill(~finite[bad].unsqueeze(1), 0.0)
-        dist[bad] = lp_norm(delta.flatten(0, 1), "l1" if norm == "l0" else norm).view(len(bad), len(points))
+        dist[bad] = lp_norm(delta.flatten(0, 1), attribution_norm(norm)).view(len(bad), len(points))
     return dist.masked_fill(torch.isnan(dist), float("inf"))

@@ -33,11 +33,11 @@ class Limits:
 def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict:
     """Write ``status`` rows for a job whose worker produced nothing, and log the cause."""
     from .store import job_is_complete
-    from .worker import _subset, resolve_spec
+    from .worker import job_subset, resolve_spec
 
     if job_is_complete(run_dir, job.job_id):  # the worker wrote its rows, then died: keep them
         return {"job_id": job.job_id, "status": "ok"}
-    subset = _subset(job.dataset, job.samples, job.seed)
+    subset = job_subset(job.dataset, job.samples, job.seed)
     spec, version, _ = resolve_spec(job)
     log = logs_dir(run_dir) / f"{job.job_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

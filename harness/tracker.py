@@ -61,7 +61,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .distance import finite_pairwise_distance, lp_norm, pairwise_distance
+from .distance import attribution_norm, finite_pairwise_distance, lp_norm, pairwise_distance
 
 #: an input coordinate outside [0, 1] by more than this makes a row ineligible as "best"
 BOX_TOLERANCE = 1e-5
@@ -140,8 +140,7 @@ class QueryTracker(nn.Module):
         self._first_in_order = True
         self._num_classes: int | None = None
         self._refusal: Tensor | None = None
-        #: attribution distance (L0 jobs attribute by L1: a count of changed pixels ties too easily)
-        self._attribution_norm = "l1" if norm == "l0" else norm
+        self._attribution_norm = attribution_norm(norm)
         self._set_anchor(self._flat, is_origin=True)
         self._previous: tuple[Tensor, Tensor] | None = None  # last query's rows (a copy) and owners
         # the samples the caller says the next queries are of (``expect``), with the anchor rows,

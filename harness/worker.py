@@ -41,7 +41,8 @@ def resolve_spec(job: Job):
 
 
 @lru_cache(maxsize=4)
-def _subset(dataset: str, samples: int, seed: int):
+def job_subset(dataset: str, samples: int, seed: int):
+    """The job's evaluation subset, cached: a worker runs many jobs on the same subset."""
     from .data import load_subset
 
     return load_subset(dataset, samples, seed)
@@ -89,7 +90,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
     run_dir = Path(run_dir)
     log_path = logs_dir(run_dir) / f"{job.job_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    subset = _subset(job.dataset, job.samples, job.seed)
+    subset = job_subset(job.dataset, job.samples, job.seed)
     with open(log_path, "w") as log:
         spec, version, error = resolve_spec(job)
         if spec is None:
