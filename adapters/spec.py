@@ -75,8 +75,7 @@ class AttackSpec:
     ``run`` is a :class:`MinimalAttack` or a :class:`FixedEpsAttack` according to ``kind``.
     ``targeted_support`` says whether the library can run the attack targeted; a spec that
     cannot is never run with ``--targeted`` (it is listed, and skipped with a reason).
-    ``gradient`` is false for attacks that legitimately need no backward pass. Plugin specs are
-    checked by :func:`spec_problem` when loaded.
+    Plugin specs are checked by :func:`spec_problem` when loaded.
     """
 
     library: str
@@ -88,7 +87,6 @@ class AttackSpec:
     run: AttackFn = field(repr=False, compare=False)
     targeted_support: bool = True
     per_sample_eps: bool = False
-    gradient: bool = True
     variant: str = ""  # distinguishes two specs of one attack and norm (e.g. loss "ce" vs "dlr")
     steps_param: str = ""  # the params key that sets the number of iterations, if any
     note: str = ""

@@ -20,7 +20,7 @@ Every reported adversarial is re-evaluated in float64: some other logit must str
 the label's, and ``distance`` is its norm as computed here. ``lower_bound`` is HiGHS's proven
 bound (valid up to the solver's feasibility tolerances, set to 1e-9).
 
-The second half holds the fidelity helpers over result tables: ``true_optimality`` (DESIGN.md's
+The second half holds the fidelity helpers over result tables: ``true_optimality`` (docs/architecture.md's
 local optimality with the exact curve as reference) and ``below_exact_flags``.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Envelope and optimality (DESIGN.md "Fidelity"; fidelity/README.md for the decisions).
+"""Envelope and optimality (docs/architecture.md "Where each decision lives"; fidelity/README.md for the decisions).
 
 ξ = (ρ·ε₀ − A_attack) / (ρ·ε₀ − A*), with A the exact areas of the robust-accuracy step curves on
 [0, ε₀] (``curves.curve_area``), A* the envelope's, ρ the envelope's robust accuracy at ε = 0 and

@@ -1,4 +1,4 @@
-"""The per-sample result schema (DESIGN.md "Result rows"), torch-free so fidelity can share it."""
+"""The per-sample result schema (docs/architecture.md "The result schema"), torch-free so fidelity can share it."""
 
 ROW_COLUMNS = [
     "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",

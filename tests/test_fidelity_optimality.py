@@ -35,7 +35,7 @@ def test_hand_computed_area_ratio_with_clean_errors_and_unbroken_samples():
     rho, eps0 = 0.8, 0.3
     a_star = np.mean(np.minimum(star, eps0))
     a_mid = np.mean(np.minimum(other, eps0))
-    expected = (rho * eps0 - a_mid) / (rho * eps0 - a_star)  # DESIGN.md's formula, literally
+    expected = (rho * eps0 - a_mid) / (rho * eps0 - a_star)  # the formula of fidelity/README.md, literally
     assert _local(t, "b/mid", norm="linf").optimality == pytest.approx(expected)
     assert expected == pytest.approx(0.1 / 0.3)
 
