@@ -106,13 +106,18 @@ def check_models(config, subset) -> dict[str, dict]:
     Raises ModelSourceError / ModelCheckError (one line) when a model cannot be loaded or used.
     """
     from .models import load_model_source
+    from .zoo import PERM_SUFFIX, permute_classes
 
     results: dict[str, dict] = {}
     for source in config.models:
         model = load_model_source(source, model_dir=config.model_dir, dataset=config.dataset,
                                   threat_model=config.threat_model, allow_download=config.allow_download,
                                   trust_checkpoint=config.trust_checkpoint, device=config.device)
-        results[source] = check_model(model, subset.inputs, subset.labels, batch_size=config.batch_size,
+        labels = subset.labels
+        if source.endswith(PERM_SUFFIX):  # the twin answers in permuted classes (as job.py maps them)
+            with torch.no_grad():
+                labels = permute_classes(labels, int(model(subset.inputs[:1].to(config.device)).shape[1]))
+        results[source] = check_model(model, subset.inputs, labels, batch_size=config.batch_size,
                                       device=config.device, name=source, warn=False)
         del model
     if str(config.device).startswith("cuda") and torch.cuda.is_available():

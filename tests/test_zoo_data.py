@@ -97,3 +97,15 @@ def test_models_command_lists_clean_accuracy():
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(ZOO)
     assert rows["digits-cnn"]["clean_accuracy"] >= 0.95
+
+
+def test_the_perm_twin_is_checked_in_its_own_classes():
+    # the twin answers σ[label]: checked against unmapped labels it would look like a broken model
+    from attackaudit.config import resolve
+    from attackaudit.data import load_subset
+    from attackaudit.model_checks import check_models
+
+    config = resolve(None, {"models": ["digits-cnn", "digits-cnn~perm"], "out": "unused"})
+    checks = check_models(config, load_subset("digits", 16, 0))
+    assert checks["digits-cnn~perm"]["clean_accuracy"] == checks["digits-cnn"]["clean_accuracy"] > 0.9
+    assert checks["digits-cnn~perm"]["warnings"] == []
