@@ -1,4 +1,5 @@
-"""Evaluation data: the embedded digits set and the hashed evaluation subset.
+"""Evaluation data: the hashed evaluation subset of a dataset source (``datasets``, which holds
+the sources, the embedded digits among them; this module imports it, never the reverse).
 
 Every job of a run sees the same subset; its SHA-256 over the exact input bytes and labels is
 recorded so two runs can prove they attacked the same samples. Subsets nest: with one seed, the
@@ -9,15 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
 from torch import Tensor
 
-#: fixed split of scikit-learn's 1,797 digits: 70% train, 30% test, stratified
-DIGITS_SPLIT_SEED = 0
-DIGITS_TEST_FRACTION = 0.3
+from .datasets import digits, open_source  # digits re-exported: callers load it from here
 
 
 @dataclass(frozen=True)
@@ -32,29 +30,6 @@ class Subset:
 
     def __len__(self) -> int:
         return len(self.labels)
-
-
-@lru_cache(maxsize=None)
-def _digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = digits.target.astype(np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=DIGITS_TEST_FRACTION,
-                                              random_state=DIGITS_SPLIT_SEED, stratify=y)
-    return x_tr, y_tr, x_te, y_te
-
-
-def digits(split: str = "test") -> tuple[Tensor, Tensor]:
-    """The 8×8 digits as (N×1×8×8 float32 in [0, 1], N int64); ``split`` is train or test."""
-    x_tr, y_tr, x_te, y_te = _digits_split()
-    if split == "train":
-        return torch.from_numpy(x_tr.copy()), torch.from_numpy(y_tr.copy())
-    if split == "test":
-        return torch.from_numpy(x_te.copy()), torch.from_numpy(y_te.copy())
-    raise ValueError(f"digits split {split!r} does not exist; use 'train' or 'test'")
 
 
 def subset_hash(inputs: Tensor, labels: Tensor) -> str:
@@ -93,8 +68,6 @@ def load_subset(dataset: str, size: int, seed: int) -> Subset:
     if dataset == "digits":
         x, y = digits("test")
         return select_subset(x, y, size, seed, dataset)
-    from .datasets import open_source
-
     source = open_source(dataset)
     indices = subset_indices(len(source), size, seed)
     x, y = source.load(indices)

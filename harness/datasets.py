@@ -31,6 +31,7 @@ import pickle
 import warnings
 import zipfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -181,12 +182,38 @@ def center_crop(img, size: int):
     return img.crop((left, top, left + size, top + size))
 
 
+#: fixed split of scikit-learn's 1,797 digits: 70% train, 30% test, stratified
+DIGITS_SPLIT_SEED = 0
+DIGITS_TEST_FRACTION = 0.3
+
+
+@lru_cache(maxsize=None)
+def _digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = digits.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=DIGITS_TEST_FRACTION,
+                                              random_state=DIGITS_SPLIT_SEED, stratify=y)
+    return x_tr, y_tr, x_te, y_te
+
+
+def digits(split: str = "test") -> tuple[Tensor, Tensor]:
+    """The 8×8 digits as (N×1×8×8 float32 in [0, 1], N int64); ``split`` is train or test."""
+    x_tr, y_tr, x_te, y_te = _digits_split()
+    if split == "train":
+        return torch.from_numpy(x_tr.copy()), torch.from_numpy(y_tr.copy())
+    if split == "test":
+        return torch.from_numpy(x_te.copy()), torch.from_numpy(y_te.copy())
+    raise ValueError(f"digits split {split!r} does not exist; use 'train' or 'test'")
+
+
 def open_source(source: str | DataSource) -> _Dataset:
     """Open a dataset source for reading (files are checked here); raises DataSourceError."""
     src = parse_source(source) if isinstance(source, str) else source
     if src.kind == "digits":
-        from .data import digits
-
         x, y = digits("test")
         return _ArrayDataset(x, y, "digits")
     if src.kind in ("cifar10", "cifar100"):
