@@ -343,7 +343,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     """All findings for ``table``: ``FLAG_COLUMNS``, ``flag`` one of ``FLAGS``.
 
     ``other``: a second seeded run of the same config (``nondeterminism``); ``exact``: exact
-    distances from ``fidelity.exact`` (``below_exact``); ``eps_max``: ε₀ per norm for the
+    distances from ``attackaudit exact`` (``below_exact``); ``eps_max``: ε₀ per norm for the
     optimality behind ``below_expected_strength``. A finding on a twin model that its base model
     has too is dropped as a repeat; others keep the twin's name, and the twin checks name the base
     model. Findings about an implementation over all models (class-conditional ``label_bug``,
@@ -359,7 +359,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))
     out = out.merge(impl_meta(t), on=IMPL_KEY, how="left")
     if exact is not None:
-        from .exact import below_exact_flags  # the MILP module is only needed with exact distances
+        from .true_optimality import below_exact_flags  # the MILP module is only needed with exact distances
         out = pd.concat([out, below_exact_flags(t, exact)], ignore_index=True)
     if out.empty:
         return pd.DataFrame(columns=FLAG_COLUMNS)

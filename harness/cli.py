@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from attackaudit.reports import command as report_command
 
-    from . import exact_command
+    from .exact import command as exact_command
 
     p = sub.add_parser("report", help="report.md, report.html and tables of one or more runs (several merge)")
     report_command.add_arguments(p)

@@ -206,7 +206,7 @@ def _curves(table: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None
     env = fidelity.envelope(table)
     ref = None
     if exact is not None and {"status", "exact_distance", "lower_bound"} <= set(exact.columns):
-        from ..fidelity.exact import exact_reference
+        from ..fidelity.true_optimality import exact_reference
         ref = exact_reference(exact)
     opt = {(r.model, r.norm, r.implementation, r.library_version): float(r.optimality)
            for r in local.itertuples(index=False)}
@@ -415,7 +415,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     true_opt = None
     if exact is not None:
         try:
-            from ..fidelity.exact import true_optimality
+            from ..fidelity.true_optimality import true_optimality
             true_opt = true_optimality(table, exact)
         except Exception as exc:
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")

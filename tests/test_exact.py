@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from attackaudit.data import load_subset
-from attackaudit.exact_command import EXACT_COLUMNS, exact_path, run_exact
-from attackaudit.exact_encoding import UnsupportedLayer, check_encoding, encode_sequential
-from attackaudit.fidelity.exact import (below_exact_flags, distance, forward, margin_to_label,
-                                        minimal_distance, true_optimality)
+from attackaudit.exact.command import EXACT_COLUMNS, exact_path, run_exact
+from attackaudit.exact.encoding import UnsupportedLayer, check_encoding, encode_sequential
+from attackaudit.exact.solver import distance, forward, margin_to_label, minimal_distance
+from attackaudit.fidelity.true_optimality import below_exact_flags, true_optimality
 from attackaudit.zoo import LogitShift, load_model
 
 M = 1e-6  # the solver's default decision margin
@@ -224,7 +224,7 @@ def test_below_exact_uses_base_model_for_twins_and_flags_proven_robust():
 def test_exact_subcommand_main(tmp_path, capsys):
     import argparse
 
-    from attackaudit.exact_command import add_arguments, main
+    from attackaudit.exact.command import add_arguments, main
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -244,7 +244,7 @@ def test_exact_beside_a_run_solves_the_runs_own_subset(tmp_path, capsys):
     is a run whose recorded subset this version no longer draws."""
     import argparse
 
-    from attackaudit.exact_command import add_arguments, main
+    from attackaudit.exact.command import add_arguments, main
     from attackaudit.store import write_manifest
 
     run = load_subset("digits", 2, 4)
