@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -70,15 +71,20 @@ class _Worker:
         child.close()
         self.job: Job | None = None
         self.last_spec = ""
+        self.specs: set[str] = set()  # the attacks this worker has run (paid their one-off costs)
         self.started = 0.0
+        self._ps: psutil.Process | None = None
 
     def submit(self, job: Job, run_dir: Path) -> None:
         self.job, self.started, self.last_spec = job, time.monotonic(), job.spec_key
+        self.specs.add(job.spec_key)
         self.conn.send((job, str(run_dir)))
 
     def rss_mb(self) -> float:
         try:
-            proc = psutil.Process(self.proc.pid)
+            if self._ps is None:
+                self._ps = psutil.Process(self.proc.pid)
+            proc = self._ps
             return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
         except psutil.Error:
             return 0.0
@@ -97,14 +103,24 @@ class _Worker:
         self.kill()
 
 
-def _next_for(queue: list[Job], last_spec: str) -> int:
-    """Queue position of the next job for a worker: the same attack as its last one if any.
+def _next_for(queue: list[Job], last_spec: str, others: set[str] = frozenset()) -> int:
+    """Queue position of the next job for a worker: the same attack as its last one if any, else
+    the first job of an attack no other worker has run (``others``), else the first job.
 
-    A worker's first job of an attack pays its one-off costs (imports, numba compilation for
-    foolbox's Brendel-Bethge: tens of seconds per norm), so keeping an attack on one worker pays
-    them once instead of once per worker.
+    A worker's first job of an attack pays its one-off costs, and for foolbox's Brendel-Bethge
+    these are large: numba compiles its trust-region solver per process, 25-85 s of CPU per norm
+    (jitclass code cannot be cached on disk). Keeping an attack on the worker that first ran it
+    pays them once per run instead of once per worker; the last rule keeps every worker busy.
     """
-    return next((i for i, job in enumerate(queue) if job.spec_key == last_spec), 0)
+    same = next((i for i, job in enumerate(queue) if job.spec_key == last_spec), None)
+    if same is not None:
+        return same
+    return next((i for i, job in enumerate(queue) if job.spec_key not in others), 0)
+
+
+#: seconds between two checks of a running job's time and memory limits (the parent otherwise
+#: sleeps until a worker sends something or dies)
+LIMIT_CHECK_S = 1.0
 
 
 class LocalExecutor:
@@ -126,16 +142,24 @@ class LocalExecutor:
         pool[:] = [w for w in pool if w.proc.is_alive()]
         while len(pool) < min(self.workers, len(queue)):
             pool.append(_Worker(self.ctx, self.threads))
+        last_check = time.monotonic()
         try:
             while queue or any(w.job for w in pool):
                 for w in pool:
                     if w.job is None and queue:
-                        w.submit(queue.pop(_next_for(queue, w.last_spec)), run_dir)
-                time.sleep(0.02)
+                        others = set().union(*(v.specs for v in pool if v is not w))
+                        w.submit(queue.pop(_next_for(queue, w.last_spec, others)), run_dir)
+                busy = [w for w in pool if w.job is not None]
+                # block until a worker answers or dies: polling costs the parent CPU the workers need
+                wait([x for w in busy for x in (w.conn, w.proc.sentinel)], timeout=LIMIT_CHECK_S)
+                check_limits = time.monotonic() - last_check >= LIMIT_CHECK_S
+                if check_limits:
+                    last_check = time.monotonic()
                 for i, w in enumerate(pool):
                     if w.job is None:
                         continue
-                    result = self._poll(w, run_dir, lambda *p, i=i, w=w: on_progress and on_progress(i, w.job, *p))
+                    result = self._poll(w, run_dir, lambda *p, i=i, w=w: on_progress and on_progress(i, w.job, *p),
+                                        check_limits)
                     if result is None:
                         continue
                     job, w.job = w.job, None
@@ -143,15 +167,18 @@ class LocalExecutor:
                     if result.get("restart"):
                         w.kill()
                         pool[i] = _Worker(self.ctx, self.threads)
+                        pool[i].specs = w.specs  # its one-off costs are lost, but not its claim
         finally:
             if not self.keep_alive:
                 for w in pool:
                     w.stop()
                 pool.clear()
 
-    def _poll(self, w: _Worker, run_dir: Path, progress: Callable[..., object]) -> dict | None:
+    def _poll(self, w: _Worker, run_dir: Path, progress: Callable[..., object],
+              check_limits: bool = True) -> dict | None:
         """The job's result if it ended (normally or not), else None; progress messages on the
-        way go to ``progress(done, total, budget fraction)``."""
+        way go to ``progress(done, total, budget fraction)``. Time and memory limits are checked
+        only when ``check_limits`` (reading every process's memory is not free)."""
         while w.conn.poll():
             try:
                 message = w.conn.recv()
@@ -164,6 +191,8 @@ class LocalExecutor:
             w.proc.join(1)
             cause = f"worker died ({_signal_name(w.proc.exitcode)})"
             return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+        if not check_limits:
+            return None
         elapsed = time.monotonic() - w.started
         if elapsed > self.limits.timeout_s:
             w.kill()

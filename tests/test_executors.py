@@ -47,3 +47,26 @@ def test_progress_inside_a_job_reaches_the_parent(tmp_path):
                          lambda slot, j, *p: reports.append((slot, j.job_id, *p)))
     assert reports[-1] == ("done", "ok")
     assert (0, job.job_id, 6, 6, 0.0) in reports
+
+
+def test_each_attack_stays_on_the_worker_that_first_ran_it():
+    """Two workers taking turns: every attack's jobs go to one worker (its one-off costs, e.g.
+    numba compiling Brendel-Bethge, are paid once per run), and no worker idles while jobs wait."""
+    from attackaudit.executors import _next_for
+    from attackaudit.job import Job
+
+    specs = ["foolbox/L0BrendelBethgeAttack/l0", "foolbox/L1BrendelBethgeAttack/l1", "art/DeepFool/l2"]
+    queue = [Job(run="r", model=m, spec_key=s) for s in specs for m in ("digits-mlp", "digits-cnn")]
+    ran: dict[int, list[str]] = {0: [], 1: []}
+    last = {0: "", 1: ""}
+    turn = 0
+    while queue:
+        others = set(ran[1 - turn])
+        job = queue.pop(_next_for(queue, last[turn], others))
+        ran[turn].append(job.spec_key)
+        last[turn] = job.spec_key
+        turn = 1 - turn
+    assert not set(ran[0]) & set(ran[1]) & set(specs[:2])
+    assert sorted(len(r) for r in ran.values()) == [3, 3]  # the last attack is shared: nobody idles
+    # with nothing else left, a worker takes another worker's attack rather than idle
+    assert _next_for([Job(run="r", model="m", spec_key="x/y/l2")], "", {"x/y/l2"}) == 0
