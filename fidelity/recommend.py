@@ -177,16 +177,30 @@ def _summary(family: str, norm: str, verdict: str, members: list[dict], top_shar
                "every other unflagged implementation is significantly worse")
         return (f"clear: {names} (ξ {m['optimality']:.3f}, 95% CI {_ci_text(m['optimality_ci'])}); {why}; "
                 f"it has the best ξ in {top_share:.0%} of resamples")
-    if np.isfinite(separate):
-        need = int(np.ceil(separate / max(n_models, 1)))
-        sep = (f"about {need} samples per model (now {per_model}) would separate {members[0]['implementation']} "
-               f"from {members[1]['implementation']} if their observed difference is real")
-    else:
-        sep = (f"no number of samples would separate {members[0]['implementation']} from "
-               f"{members[1]['implementation']}: they do not differ systematically")
-    return (f"tied: {names} — no significant difference (Holm-adjusted p ≥ {ALPHA}); use any of them. "
-            f"{members[0]['implementation']} has the best ξ in {top_share:.0%} of resamples and stays in the set in "
-            f"{top_in_set:.0%}; {sep}")
+    top = members[0]["implementation"]
+    relations, undecided = [], []
+    for m in members[1:]:
+        p = m.get("p_adjusted")
+        if p is not None and np.isfinite(p) and p < ALPHA:
+            # in the set because it is not worse: it is closer on more samples, yet its ξ is lower
+            relations.append(f"{m['implementation']} is closer on more samples ({m['wins_member']} against "
+                             f"{m['wins_top']}, Holm-adjusted p = {p:.2g}) but has the lower ξ: neither dominates")
+        else:
+            undecided.append(m["implementation"])
+    if undecided:
+        relations.insert(0, f"{', '.join(undecided)}: no significant difference from {top} "
+                            f"(Holm-adjusted p ≥ {ALPHA})")
+    text = f"tied: {names}; use any of them. {'; '.join(relations)}. {top} has the best ξ in {top_share:.0%} of " \
+           f"resamples and stays in the set in {top_in_set:.0%}"
+    if members[1]["implementation"] in undecided:
+        if np.isfinite(separate):
+            need = int(np.ceil(separate / max(n_models, 1)))
+            text += (f"; about {need} samples per model (now {per_model}) would separate {top} from "
+                     f"{members[1]['implementation']} if their observed difference is real")
+        else:
+            text += (f"; no number of samples would separate {top} from {members[1]['implementation']}: they do "
+                     "not differ systematically")
+    return text
 
 
 # ------------------------------------------------------------------------------------ main
