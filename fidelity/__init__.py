@@ -8,7 +8,8 @@ from .alignment import POOLED, align
 from .curves import attack_success_rate, curve_area, robust_accuracy, robustness_curve
 from .diff import VERDICT_FLAGS, VERDICT_RULE, diff
 from .flags import FLAG_COLUMNS, FLAGS, flagged, flags
-from .leaderboard import leaderboard, recommend
+from .leaderboard import leaderboard
+from .recommend import recommend
 from .optimality import (envelope, eps0_of, global_optimality, local_optimality, optimality,
                          optimality_attackbench)
 from .stats import paired_comparison

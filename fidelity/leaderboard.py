@@ -1,5 +1,5 @@
-"""Leaderboard (one row per implementation and norm); the recommendation per family and norm (the
-trust sets) lives in ``recommend.py`` and is re-exported here."""
+"""Leaderboard: one row per implementation and norm. The recommendation per family and norm (the
+trust sets), which reads the leaderboard, is ``recommend.py``."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -7,10 +7,9 @@ from typing import Mapping
 import pandas as pd
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
-from .recommend import RECOMMEND_COLUMNS, TIE_TOLERANCE, recommend
 from .summary import across_models, model_stats
 
-__all__ = ["LEADERBOARD_COLUMNS", "RECOMMEND_COLUMNS", "TIE_TOLERANCE", "leaderboard", "recommend"]
+__all__ = ["LEADERBOARD_COLUMNS", "leaderboard"]
 
 LEADERBOARD_COLUMNS = ["norm", "rank", "implementation", "library", "library_version", "attack", "family",
                        "kind", "n_models", "optimality", "optimality_min", "optimality_attackbench",

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from .flags import flagged
+from .leaderboard import leaderboard
 from .stats import (ALPHA, holm, paired_comparison, samples_to_separate, significant, tie_aware_diff,
                     wilcoxon_batch)
 from .strength import expectations, expected, is_strong, strength_findings
@@ -217,7 +218,6 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     is the top pick's. ``weak`` lists weakness notes (weak here, no label evidence). ``board``:
     ``leaderboard(table, eps_max=eps_max)`` when the caller has it already.
     """
-    from .leaderboard import leaderboard  # leaderboard re-exports this module's function
 
     board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:

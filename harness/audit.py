@@ -18,7 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from .audit_env import AuditEnvError, Env, installed_version, prepare_env, resolution_phrase
+from .audit_env import (AuditEnvError, Env, installed_version, is_current_interpreter, prepare_env,
+                        resolution_phrase, run_under)
 from .grid_args import add_grid_arguments, grid_flags
 
 _RELEASE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
@@ -147,7 +148,8 @@ def _run_side(side: Side, base, library: str, echo) -> None:
 
     config = dataclasses.replace(base, out=str(side.run_dir), python=side.env.python if side.env else "")
     try:
-        summary = run(config)
+        # the whole run (catalogue, plan, workers) under the release's interpreter
+        summary = run_under(config) if config.python and not is_current_interpreter(config.python) else run(config)
     except ConfigError as exc:
         if "match no attack" not in str(exc):
             raise

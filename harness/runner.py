@@ -164,11 +164,8 @@ def supersede(run_dir: Path, current: set[str]) -> None:
 
 
 def run(config: RunConfig) -> RunSummary:
-    """Run (or resume) the grid of ``config``; returns the summary."""
-    from .audit_env import is_current_interpreter, run_under
-
-    if config.python and not is_current_interpreter(config.python):
-        return run_under(config)  # the whole run (catalogue, plan, workers) under that interpreter
+    """Run (or resume) the grid of ``config`` in this interpreter; returns the summary. (A release
+    audit runs a whole grid under a release's interpreter with ``audit_env.run_under``.)"""
     start = time.perf_counter()
     run_dir = Path(config.out)
     ensure_writable(run_dir)

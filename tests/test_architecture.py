@@ -24,23 +24,9 @@ ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__"}
 RUNNER = {"attackaudit.runner", "attackaudit.job", "attackaudit.tracker", "attackaudit.executors",
           "attackaudit.worker"}
 
-#: (rule, importer, imported) → why it is still there. The lead removes these as the owning
-#: issues land; a new violation is not to be added here without one.
-KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
-    # the runner runs a job in an audited release's interpreter through audit_env, which runs
-    # the runner: the interpreter switch is to become a parameter the audit passes in (the
-    # runner's and the audit's owners are changing both files now)
-    ("harness core imports the release audit", "attackaudit.runner", "attackaudit.audit_env"):
-        "runner picks the release's interpreter from audit_env",
-    ("import cycle", "attackaudit.runner", "attackaudit.audit_env"): "same switch, runner side",
-    ("import cycle", "attackaudit.audit_env", "attackaudit.runner"): "same switch, audit side",
-    # recommend's table reuses the leaderboard, which re-exports recommend: fidelity's owner is
-    # changing both (a function-local import, so no import-time failure)
-    ("import cycle", "attackaudit.fidelity.recommend", "attackaudit.fidelity.leaderboard"):
-        "recommend reuses the leaderboard",
-    ("import cycle", "attackaudit.fidelity.leaderboard", "attackaudit.fidelity.recommend"):
-        "leaderboard re-exports recommend",
-}
+#: (rule, importer, imported) → why it is still there. Empty: every rule holds. An entry may be added
+#: only with the reason, and the test fails once the violation is gone.
+KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {}
 
 
 def _modules() -> dict[str, Path]:
