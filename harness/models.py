@@ -43,9 +43,6 @@ import os
 import pickle
 import re
 import sys
-import zipfile
-from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +52,8 @@ import torch
 from torch import Tensor, nn
 
 from .architectures import CifarResNet50, DMWideResNet, PreActResNet18, WideResNet
+from .checkpoints import (ModelSourceError, classifier_classes, load_checkpoint, load_weights, one_line,
+                          state_dict_of, strip_prefix, torch_load_policy)
 from .zoo import PERM_SUFFIX, SHIFT_SUFFIX, ZOO, LogitPermutation, LogitShift
 
 KINDS = ("zoo", "robustbench", "torchvision", "timm", "module")
@@ -66,15 +65,6 @@ NORM_PRESETS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "cifar10": (CIFAR10_M
 RB_DATASETS = ("cifar10", "cifar100", "imagenet")
 RB_THREATS = {"linf": "Linf", "l2": "L2", "corruptions": "corruptions"}
 DEFAULT_MODEL_DIR = "models"
-
-
-class ModelSourceError(ValueError):
-    """A model source is malformed or cannot be loaded; the message is one line."""
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 # -- modules -------------------------------------------------------------------------------------
@@ -213,113 +203,6 @@ def normalize_threat_model(text: str) -> str:
     return _rb_threat(text, "--threat-model") if text else ""
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
-def load_checkpoint(path: str | Path, trust: bool = False, what: str = "checkpoint") -> object:
-    """``torch.load(path, weights_only=not trust)`` with one-line errors that say how to opt in."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ModelSourceError(f"{what} {path} does not exist")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=not trust)
-    except pickle.UnpicklingError as exc:
-        if trust:
-            raise ModelSourceError(f"{what} {path} cannot be unpickled: {_line(exc)}") from None
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
-        if found:
-            raise ModelSourceError(
-                f"{what} {path} is not a plain weights file (torch.load(weights_only=True) refused it: it pickles "
-                f"{found.group(1)}); if you trust where it came from, pass --trust-checkpoint to unpickle it in "
-                "full") from None
-        detail = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", str(exc), re.S)
-        reason = detail.group(1).strip().splitlines()[0] if detail else _line(exc)
-        raise ModelSourceError(
-            f"{what} {path} is not a readable PyTorch checkpoint (weights-only unpickler: {reason}); if it is "
-            "a full pickle from a source you trust, pass --trust-checkpoint") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, AttributeError,
-            ModuleNotFoundError) as exc:
-        raise ModelSourceError(f"{what} {path} is not a readable PyTorch checkpoint: {_line(exc)}") from None
-
-
-def state_dict_of(obj: object, what: str) -> Mapping[str, Tensor] | nn.Module:
-    """The state dict inside a loaded checkpoint (or the module itself, for a trusted full pickle)."""
-    if isinstance(obj, nn.Module):
-        return obj
-    if isinstance(obj, Mapping):
-        for key in ("state_dict", "model_state_dict", "model", "net", "state"):
-            inner = obj.get(key)
-            if isinstance(inner, nn.Module):
-                return inner
-            if isinstance(inner, Mapping) and inner and all(isinstance(v, Tensor) for v in inner.values()):
-                return inner
-        tensors = {k: v for k, v in obj.items() if isinstance(v, Tensor)}
-        if tensors and len(tensors) == len(obj):
-            return obj
-    raise ModelSourceError(f"{what} holds a {type(obj).__name__} without a state dict (looked for a dict of "
-                           "tensors, or one under 'state_dict' / 'model')")
-
-
-def strip_prefix(state: Mapping[str, Tensor], prefix: str) -> "OrderedDict[str, Tensor]":
-    """Drop ``prefix`` from every key that starts with it (``module.`` from DataParallel)."""
-    return OrderedDict((k[len(prefix):] if k.startswith(prefix) else k, v) for k, v in state.items())
-
-
-_NORM_KEYS = re.compile(r"(^|\.)(mu|sigma|mean|std)$|(^|\.)normalize\.")
-
-
-def load_weights(model: nn.Module, state: Mapping[str, Tensor], what: str) -> nn.Module:
-    """Load ``state`` into ``model`` strictly; normalisation buffers may be missing or extra.
-
-    A model wrapping its network as ``.model`` (``Normalized``, RobustBench's ``normalize_model``)
-    also takes a state dict of the bare network.
-    """
-    targets = [model] + ([model.model] if isinstance(getattr(model, "model", None), nn.Module) else [])
-    first_error = ""
-    for target in targets:
-        expected = target.state_dict()
-        missing = [k for k in expected if k not in state and not _NORM_KEYS.search(k)]
-        unexpected = [k for k in state if k not in expected and not _NORM_KEYS.search(k)]
-        if missing or unexpected:
-            if not first_error:
-                first_error = (f"{len(missing)} missing key(s) (e.g. {missing[:2]}), {len(unexpected)} unexpected "
-                               f"(e.g. {unexpected[:2]})")
-            continue
-        wrong = [k for k in state if k in expected and tuple(state[k].shape) != tuple(expected[k].shape)]
-        if wrong:
-            k = wrong[0]
-            raise ModelSourceError(f"{what} does not fit the architecture: {k} has shape {tuple(state[k].shape)}, "
-                                   f"the model expects {tuple(expected[k].shape)}")
-        target.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
-        return model
-    raise ModelSourceError(f"{what} does not fit the architecture: {first_error}")
-
-
-def _num_classes(state: Mapping[str, Tensor]) -> int | None:
-    """Rows of the last 2-D weight in the state dict: the classifier's class count."""
-    last = None
-    for k, v in state.items():
-        if k.endswith("weight") and isinstance(v, Tensor) and v.dim() == 2:
-            last = v
-    return int(last.shape[0]) if last is not None else None
-
-
-@contextmanager
-def _torch_load_policy(trust: bool):
-    """Make third-party ``torch.load`` calls without ``weights_only`` follow our trust policy."""
-    key = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
-    old = os.environ.get(key)
-    if trust:
-        os.environ[key] = "1"
-    else:
-        os.environ.pop(key, None)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
 # -- loaders -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadOptions:
@@ -345,7 +228,7 @@ def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digit
         try:
             return load_model(name, device)
         except (FileNotFoundError, RuntimeError, pickle.UnpicklingError) as exc:
-            raise ModelSourceError(f"zoo model {src.name}: {_line(exc)}") from None
+            raise ModelSourceError(f"zoo model {src.name}: {one_line(exc)}") from None
     loader = {"robustbench": _load_robustbench, "torchvision": _load_torchvision, "timm": _load_timm,
               "module": _load_module}[src.kind]
     model = loader(src, opts)
@@ -360,7 +243,7 @@ def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digit
     try:
         return model.to(device).eval()
     except (RuntimeError, AssertionError) as exc:
-        raise ModelSourceError(f"model {src.text!r} cannot move to device {device}: {_line(exc)}") from None
+        raise ModelSourceError(f"model {src.text!r} cannot move to device {device}: {one_line(exc)}") from None
 
 
 def _load_module(src: ModelSource, opts: LoadOptions) -> nn.Module:
@@ -381,7 +264,7 @@ def _load_module(src: ModelSource, opts: LoadOptions) -> nn.Module:
     except ModelSourceError:
         raise
     except Exception as exc:
-        raise ModelSourceError(f"cannot import {target!r} for {src.text!r}: {type(exc).__name__}: {_line(exc)}") from None
+        raise ModelSourceError(f"cannot import {target!r} for {src.text!r}: {type(exc).__name__}: {one_line(exc)}") from None
     obj = module
     for part in src.name.split("."):
         obj = getattr(obj, part, None)
@@ -392,7 +275,7 @@ def _load_module(src: ModelSource, opts: LoadOptions) -> nn.Module:
     try:
         model = obj()
     except Exception as exc:
-        raise ModelSourceError(f"{target}:{src.name}() raised {type(exc).__name__}: {_line(exc)}") from None
+        raise ModelSourceError(f"{target}:{src.name}() raised {type(exc).__name__}: {one_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise ModelSourceError(f"{target}:{src.name}() returned a {type(model).__name__}, not an nn.Module")
     return model
@@ -425,11 +308,11 @@ def _load_torchvision(src: ModelSource, opts: LoadOptions) -> nn.Module:
     if isinstance(state, nn.Module):
         model = state
     else:
-        k = _num_classes(state)
+        k = classifier_classes(state)
         try:
             model = tvm.get_model(src.name, weights=None, **({"num_classes": k} if k else {}))
         except Exception as exc:
-            raise ModelSourceError(f"torchvision {src.name}(num_classes={k}) failed: {_line(exc)}") from None
+            raise ModelSourceError(f"torchvision {src.name}(num_classes={k}) failed: {one_line(exc)}") from None
         load_weights(model, state, f"weights file {src.target}")
     norm = _norm_values(src.norm, default_norm, src.text)
     return Normalized(model, *norm) if norm else model
@@ -453,7 +336,7 @@ def _torchvision_named_weights(tvm, src: ModelSource, opts: LoadOptions):
     try:
         return weights.get_state_dict(progress=False), norm
     except Exception as exc:
-        raise ModelSourceError(f"downloading torchvision weights {src.name}:{src.target} failed: {_line(exc)}") from None
+        raise ModelSourceError(f"downloading torchvision weights {src.name}:{src.target} failed: {one_line(exc)}") from None
 
 
 def _load_timm(src: ModelSource, opts: LoadOptions) -> nn.Module:
@@ -469,11 +352,11 @@ def _load_timm(src: ModelSource, opts: LoadOptions) -> nn.Module:
     if isinstance(state, nn.Module):
         model = state
     else:
-        k = _num_classes(state)
+        k = classifier_classes(state)
         try:  # pretrained=False: timm downloads nothing
             model = timm.create_model(src.name, pretrained=False, **({"num_classes": k} if k else {}))
         except Exception as exc:
-            raise ModelSourceError(f"timm {src.name}(num_classes={k}) failed: {_line(exc)}") from None
+            raise ModelSourceError(f"timm {src.name}(num_classes={k}) failed: {one_line(exc)}") from None
         load_weights(model, state, f"weights file {src.target}")
     cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
     default = (tuple(cfg["mean"]), tuple(cfg["std"])) if "mean" in cfg and "std" in cfg else (IMAGENET_MEAN, IMAGENET_STD)
@@ -560,7 +443,7 @@ def _load_robustbench(src: ModelSource, opts: LoadOptions) -> nn.Module:
     try:
         model = build()
     except Exception as exc:
-        raise ModelSourceError(f"{where}: building the architecture failed: {_line(exc)}") from None
+        raise ModelSourceError(f"{where}: building the architecture failed: {one_line(exc)}") from None
     return load_weights(model, state, f"RobustBench checkpoint {path}")
 
 
@@ -569,16 +452,16 @@ def _robustbench_load_model(name: str, opts: LoadOptions, dataset: str, threat: 
     try:
         from robustbench.utils import load_model
     except Exception as exc:
-        raise ModelSourceError(f"{where} needs the robustbench package ({_line(exc)}); pip install robustbench") from None
+        raise ModelSourceError(f"{where} needs the robustbench package ({one_line(exc)}); pip install robustbench") from None
     try:
-        with _torch_load_policy(opts.trust_checkpoint):
+        with torch_load_policy(opts.trust_checkpoint):
             return load_model(name, model_dir=opts.model_dir or DEFAULT_MODEL_DIR, dataset=dataset,
                               threat_model=threat)
     except pickle.UnpicklingError as exc:
-        raise ModelSourceError(f"{where}: a checkpoint is not a plain weights file ({_line(exc)}); if you trust "
+        raise ModelSourceError(f"{where}: a checkpoint is not a plain weights file ({one_line(exc)}); if you trust "
                                "it, pass --trust-checkpoint") from None
     except Exception as exc:
-        raise ModelSourceError(f"{where}: robustbench.load_model failed: {type(exc).__name__}: {_line(exc)}") from None
+        raise ModelSourceError(f"{where}: robustbench.load_model failed: {type(exc).__name__}: {one_line(exc)}") from None
 
 
 class _Built:
