@@ -162,7 +162,7 @@ def _run_side(side: Side, base, library: str, echo) -> None:
 def _table(side: Side, columns):
     import pandas as pd
 
-    from attackaudit.reports.tables import load_runs
+    from attackaudit.reports.run_files import load_runs
 
     if side.empty:
         return pd.DataFrame(columns=columns)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ..fidelity.recommend import expectation_source
-from .tables import ReportData, build, dump_json, load_runs, records, write_tables
+from .run_files import dump_json, load_runs, records, write_tables
+from .tables import ReportData, build
 
 FORMATS = ("md", "html", "json")
 

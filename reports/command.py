@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import FORMATS, write_report
-from .tables import dump_json, load_runs, records
+from .run_files import dump_json, load_runs, records
 
 
 def _formats(values: list[str] | None) -> tuple[str, ...]:
