@@ -31,14 +31,18 @@ class _WRNBlock(nn.Module):
         return (x if self.equal else self.convShortcut(x)) + out
 
 
-class _WRNGroup(nn.Module):
-    def __init__(self, n: int, cin: int, cout: int, stride: int) -> None:
+class _Group(nn.Module):
+    """``n`` blocks, the first changing width and stride, held under ``attribute`` (``layer`` in
+    RobustBench's WideResNet, ``block`` in DeepMind's), so that checkpoints' keys match."""
+
+    def __init__(self, block: type[nn.Module], attribute: str, n: int, cin: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.layer = nn.Sequential(*[_WRNBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1)
-                                     for i in range(n)])
+        self.attribute = attribute
+        setattr(self, attribute, nn.Sequential(*[block(cin if i == 0 else cout, cout, stride if i == 0 else 1)
+                                                 for i in range(n)]))
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.layer(x)
+        return getattr(self, self.attribute)(x)
 
 
 class WideResNet(nn.Module):
@@ -49,11 +53,11 @@ class WideResNet(nn.Module):
         ch = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
         n = (depth - 4) // 6
         self.conv1 = _conv3(3, ch[0])
-        self.block1 = _WRNGroup(n, ch[0], ch[1], 1)
+        self.block1 = _Group(_WRNBlock, "layer", n, ch[0], ch[1], 1)
         if sub_block1:
-            self.sub_block1 = _WRNGroup(n, ch[0], ch[1], 1)  # unused in forward, as in RobustBench
-        self.block2 = _WRNGroup(n, ch[1], ch[2], 2)
-        self.block3 = _WRNGroup(n, ch[2], ch[3], 2)
+            self.sub_block1 = _Group(_WRNBlock, "layer", n, ch[0], ch[1], 1)  # unused in forward, as in RobustBench
+        self.block2 = _Group(_WRNBlock, "layer", n, ch[1], ch[2], 2)
+        self.block3 = _Group(_WRNBlock, "layer", n, ch[2], ch[3], 2)
         self.bn1, self.relu = nn.BatchNorm2d(ch[3]), nn.ReLU()
         self.fc = nn.Linear(ch[3], num_classes)
         self.channels = ch[3]
@@ -172,16 +176,6 @@ class _DMBlock(nn.Module):
         return (self.shortcut(x) if self.has_shortcut else x) + out
 
 
-class _DMGroup(nn.Module):
-    def __init__(self, n: int, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.block = nn.Sequential(*[_DMBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1)
-                                     for i in range(n)])
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.block(x)
-
-
 class DMWideResNet(nn.Module):
     """DeepMind's WideResNet with Swish (Gowal et al.), RobustBench's ``dm_wide_resnet.py`` names.
 
@@ -193,8 +187,8 @@ class DMWideResNet(nn.Module):
         ch = [16, 16 * width, 32 * width, 64 * width]
         n = (depth - 4) // 6
         self.init_conv = _conv3(3, ch[0])
-        self.layer = nn.Sequential(_DMGroup(n, ch[0], ch[1], 1), _DMGroup(n, ch[1], ch[2], 2),
-                                   _DMGroup(n, ch[2], ch[3], 2))
+        self.layer = nn.Sequential(*[_Group(_DMBlock, "block", n, ch[i], ch[i + 1], 1 if i == 0 else 2)
+                                     for i in range(3)])
         self.batchnorm, self.relu = nn.BatchNorm2d(ch[3]), _Swish()
         self.logits = nn.Linear(ch[3], num_classes)
         self.channels = ch[3]

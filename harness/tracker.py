@@ -174,14 +174,12 @@ class QueryTracker(nn.Module):
     def best_distance(self) -> Tensor:
         """Distance of the best adversarial per sample (N); inf where none was found, 0 where
         the clean input is adversarial."""
-        self._finish()
-        return self._kept_distance[:, 0]
+        return self.kept[1][:, 0]
 
     @property
     def best_adversarial(self) -> Tensor:
         """The best adversarial per sample (N×C×H×W); the original where none was found."""
-        self._finish()
-        return self._kept[:, 0].view_as(self.inputs)
+        return self.kept[0][:, 0].view_as(self.inputs)
 
     @property
     def kept(self) -> tuple[Tensor, Tensor]:
@@ -193,14 +191,12 @@ class QueryTracker(nn.Module):
     @property
     def clean_correct(self) -> Tensor:
         """Whether the model classifies each clean input right (N)."""
-        self._ensure_clean()
-        return self._clean_correct
+        return self._clean_flags()[0]
 
     @property
     def clean_adversarial(self) -> Tensor:
         """Whether each clean input already is adversarial (N): misclassified, or the target."""
-        self._ensure_clean()
-        return self._clean_adversarial
+        return self._clean_flags()[1]
 
     @property
     def num_classes(self) -> int:
@@ -213,6 +209,11 @@ class QueryTracker(nn.Module):
         if self._clean_correct is None:
             with torch.no_grad():
                 self._set_clean(self.model(self.inputs))
+
+    def _clean_flags(self) -> tuple[Tensor, Tensor]:
+        """(clean_correct, clean_adversarial), from one clean forward when the attack gave none."""
+        self._ensure_clean()
+        return self._clean_correct, self._clean_adversarial
 
     def _set_clean(self, logits: Tensor) -> None:
         self._num_classes = logits.shape[1]

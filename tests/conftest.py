@@ -37,3 +37,12 @@ def data():
 
     sub = load_subset("digits", 6, 0)
     return sub.inputs, sub.labels
+
+
+def library_specs(library: str, module: str) -> dict:
+    """One built-in library's catalogue by spec key; skips the calling test module when the
+    library (imported as ``module``) is not installed."""
+    pytest.importorskip(module)
+    from attackaudit.adapters import load_library
+
+    return {s.key: s for s in load_library(library).specs}

@@ -1,19 +1,16 @@
 """ART-specific behaviour behind the adapter (the common checks: tests/test_adapter_conformance.py)."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-pytest.importorskip("art")
+from attackaudit.distance import lp_norm
+from attackaudit.job import attack_with_tracker, seed_everything
+from attackaudit.tracker import QueryTracker
 
-from attackaudit.adapters import load_library  # noqa: E402
-from attackaudit.distance import lp_norm  # noqa: E402
-from attackaudit.job import attack_with_tracker, seed_everything  # noqa: E402
-from attackaudit.tracker import QueryTracker  # noqa: E402
+from conftest import library_specs
 
-ENTRY = load_library("art")
-SPECS = {s.key: s for s in ENTRY.specs}
+SPECS = library_specs("art", "art")
 BUDGET = 2000
 SCALE = 0.1
 

@@ -1,16 +1,13 @@
 """cleverhans-specific behaviour behind the adapter (the common checks: tests/test_adapter_conformance.py)."""
 from __future__ import annotations
 
-
 import pytest
 
-pytest.importorskip("cleverhans")
+from attackaudit.tracker import QueryTracker
 
-from attackaudit.adapters import load_library  # noqa: E402
-from attackaudit.tracker import QueryTracker  # noqa: E402
+from conftest import library_specs
 
-ENTRY = load_library("cleverhans")
-SPECS = {s.key: s for s in ENTRY.specs}
+SPECS = library_specs("cleverhans", "cleverhans")
 SCALE = 0.1
 
 

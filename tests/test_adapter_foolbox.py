@@ -1,17 +1,14 @@
 """foolbox-specific behaviour behind the adapter (the common checks: tests/test_adapter_conformance.py)."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-pytest.importorskip("foolbox")
+from attackaudit.tracker import QueryTracker
 
-from attackaudit.adapters import load_library  # noqa: E402
-from attackaudit.tracker import QueryTracker  # noqa: E402
+from conftest import library_specs
 
-ENTRY = load_library("foolbox")
-SPECS = {s.key: s for s in ENTRY.specs}
+SPECS = library_specs("foolbox", "foolbox")
 SCALE = 0.1
 
 

@@ -1,18 +1,15 @@
 """torchattacks-specific behaviour behind the adapter (the common checks: tests/test_adapter_conformance.py)."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-pytest.importorskip("torchattacks")
+from attackaudit.data import random_targets
+from attackaudit.tracker import QueryTracker
 
-from attackaudit.adapters import load_library  # noqa: E402
-from attackaudit.data import random_targets  # noqa: E402
-from attackaudit.tracker import QueryTracker  # noqa: E402
+from conftest import library_specs
 
-ENTRY = load_library("torchattacks")
-SPECS = {s.key: s for s in ENTRY.specs}
+SPECS = library_specs("torchattacks", "torchattacks")
 SCALE = 0.1
 
 
