@@ -17,6 +17,7 @@ from scipy import stats as sps
 
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
                      sample_list, twin_kind, without_twins)
+from ..schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
 from .stats import ALPHA, holm, significant
 from .strength import below_expected_strength
@@ -63,8 +64,6 @@ GAP_MIN_DELTA = 0.05
 GRADIENT_FREE_FAMILIES = frozenset({"boundary", "hsja", "square", "simba", "sparse_rs", "spatial",
                                     "gaussian_noise", "uniform_noise", "salt_pepper", "dataset",
                                     "zoo", "nes", "random"})
-#: the harness's wording for an output outside the box (harness/job.py ``output_problem``)
-BOX_ERROR = "outside the [0, 1] box"
 
 
 def _causes(errors: pd.Series, limit: int = 2) -> str:
@@ -91,7 +90,7 @@ def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
         if len(bad):
             out.append((status, f"{len(bad)} of {n} samples {what}: {_causes(bad['error'])}; {_kept(bad)}"))
     invalid = g[g["status"] == "invalid"]
-    box = invalid["error"].str.contains(BOX_ERROR, regex=False)
+    box = invalid["error"].str.contains(OUT_OF_BOX_ERROR, regex=False)
     for flag, part in (("out_of_box", invalid[box]), ("invalid", invalid[~box])):
         if len(part):
             out.append((flag, f"{len(part)} of {n} samples returned an invalid batch: {_causes(part['error'])}"))

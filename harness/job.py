@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .distance import lp_norm
 from .minimal import minimal_search
-from .schema import ROW_COLUMNS
+from .schema import OUT_OF_BOX_ERROR, ROW_COLUMNS
 from .tracker import BOX_TOLERANCE, QueryTracker
 from .zoo import PERM_SUFFIX, permute_classes
 
@@ -91,7 +91,7 @@ def output_problem(adv: object, inputs: Tensor) -> str:
         return f"returned {int((~torch.isfinite(adv)).flatten(1).any(1).sum())} samples with NaN or inf"
     lo, hi = float(adv.min()), float(adv.max())
     if lo < -BOX_TOLERANCE or hi > 1 + BOX_TOLERANCE:
-        return f"returned values in [{lo:.4g}, {hi:.4g}], outside the [0, 1] box"
+        return f"returned values in [{lo:.4g}, {hi:.4g}], {OUT_OF_BOX_ERROR}"
     return ""
 
 

@@ -8,3 +8,7 @@ ROW_COLUMNS = [
     "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
     "returned_adversarial", "status", "error", "wall_s",
 ]
+
+#: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
+#: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it
+OUT_OF_BOX_ERROR = "outside the [0, 1] box"
