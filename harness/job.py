@@ -24,7 +24,7 @@ from .distance import lp_norm
 from .minimal import minimal_search
 from .schema import OUT_OF_BOX_ERROR, ROW_COLUMNS
 from .tracker import BOX_TOLERANCE, QueryTracker
-from .zoo import PERM_SUFFIX, permute_classes
+from .zoo import PERM_SUFFIX, perm_twin_classes
 
 #: ``progress(samples done, samples in the job, fraction of the budget used in the running batch)``
 JobProgress = Callable[[int, int, float], None]
@@ -241,19 +241,6 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
         params_hash=spec.params_hash, params=json.dumps(dict(spec.params), sort_keys=True, default=str),
         targeted=job.targeted, budget=job.budget, wall_s=wall)
     return rows[ROW_COLUMNS]
-
-
-def perm_twin_classes(model: nn.Module, inputs: Tensor, labels: Tensor, targets: Tensor | None,
-                      clean_logits: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-    """Labels and targets (N,) of the base model mapped onto the class-permutation twin's classes,
-    so that a correct attack faces exactly the base model's problem under renamed classes."""
-    if clean_logits is not None:
-        num_classes = int(clean_logits.shape[1])
-    else:
-        with torch.no_grad():
-            num_classes = int(model(inputs[:1]).shape[1])
-    return permute_classes(labels, num_classes), (permute_classes(targets, num_classes)
-                                                  if targets is not None else None)
 
 
 def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_version: str = "",

@@ -106,7 +106,7 @@ def check_models(config, subset) -> dict[str, dict]:
     Raises ModelSourceError / ModelCheckError (one line) when a model cannot be loaded or used.
     """
     from .models import load_model_source
-    from .zoo import PERM_SUFFIX, permute_classes
+    from .zoo import PERM_SUFFIX, perm_twin_classes
 
     results: dict[str, dict] = {}
     for source in config.models:
@@ -115,8 +115,7 @@ def check_models(config, subset) -> dict[str, dict]:
                                   trust_checkpoint=config.trust_checkpoint, device=config.device)
         labels = subset.labels
         if source.endswith(PERM_SUFFIX):  # the twin answers in permuted classes (as job.py maps them)
-            with torch.no_grad():
-                labels = permute_classes(labels, int(model(subset.inputs[:1].to(config.device)).shape[1]))
+            labels, _ = perm_twin_classes(model, subset.inputs.to(config.device), labels.to(config.device), None)
         results[source] = check_model(model, subset.inputs, labels, batch_size=config.batch_size,
                                       device=config.device, name=source, warn=False)
         del model

@@ -139,7 +139,7 @@ def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
 
     from attackaudit.config import RunConfig
     from attackaudit.data import load_subset
-    from attackaudit.job import perm_twin_classes
+    from attackaudit.zoo import perm_twin_classes
     from attackaudit.runner import plan
     from attackaudit.zoo import class_permutation, load_model
 

@@ -78,6 +78,19 @@ def permute_classes(classes: Tensor, num_classes: int) -> Tensor:
     return class_permutation(num_classes).to(classes.device)[classes]
 
 
+def perm_twin_classes(model: nn.Module, inputs: Tensor, labels: Tensor, targets: Tensor | None,
+                      clean_logits: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """Labels and targets (N,) of the base model mapped onto the class-permutation twin's classes,
+    so that a correct attack faces exactly the base model's problem under renamed classes."""
+    if clean_logits is not None:
+        num_classes = int(clean_logits.shape[1])
+    else:
+        with torch.no_grad():
+            num_classes = int(model(inputs[:1]).shape[1])
+    return permute_classes(labels, num_classes), (permute_classes(targets, num_classes)
+                                                  if targets is not None else None)
+
+
 class LogitPermutation(nn.Module):
     """Metamorphic twin: the model's logits with class k moved to index σ[k]
     (``class_permutation``). Decisions are the same up to renaming classes, so an attack that
