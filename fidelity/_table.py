@@ -114,6 +114,21 @@ def long_distances(t: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFra
     return long.sort_values(["model", "norm", *keys, "sample"], kind="stable").reset_index(drop=True)[cols]
 
 
+def group_rows(frame: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, np.ndarray]]:
+    """``(key, row positions)`` per group of ``frame`` by ``keys`` (two or more columns), in the
+    order ``groupby(keys, sort=True)`` iterates them and with the rows in frame order, without
+    building a sub-frame per group: the hot loops only read a few arrays of each group."""
+    if frame.empty:
+        return []
+    grouped = frame.groupby(keys, sort=True)
+    ids = grouped.ngroup().to_numpy()
+    names = grouped.size().index.tolist()
+    order = np.argsort(ids, kind="stable")
+    order = order[ids[order] >= 0]                   # rows with a NaN key belong to no group
+    bounds = np.flatnonzero(np.diff(ids[order])) + 1
+    return list(zip(names, np.split(order, bounds)))
+
+
 def impl_meta(t: pd.DataFrame) -> pd.DataFrame:
     """library, attack, family, kind per implementation key (first non-empty value)."""
     def first(s: pd.Series) -> str:

@@ -2,13 +2,14 @@
 per-sample test between every two of them so a reader knows whether a gap is real."""
 from __future__ import annotations
 
+import itertools
 from itertools import combinations
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
+from ._table import IMPL_KEY, group_rows, impl_meta, long_distances, prepare, without_twins
 from .optimality import optimality
 from .stats import ALPHA, PAIR_FIELDS, holm, paired_comparison
 from .summary import across_models, model_stats
@@ -33,11 +34,13 @@ def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: p
         return pd.DataFrame(columns=PAIR_COLUMNS)
     long = long.merge(impl_meta(t)[[*IMPL_KEY, "family"]], on=IMPL_KEY)
     rows = []
-    for (family, norm), part in long.groupby(["family", "norm"], sort=True):
+    distance, d_star, alive = (long[c].to_numpy() for c in ("distance", "d_star", "live"))
+    by_job = group_rows(long, ["family", "norm", "model", *IMPL_KEY])
+    for (family, norm), jobs in itertools.groupby(by_job, key=lambda job: job[0][:2]):
         # (model, impl key) -> (distances on samples not broken at ε = 0, local ξ)
         arrays: dict[tuple, tuple[np.ndarray, float]] = {}
-        for (m, impl, version), g in part.groupby(["model", *IMPL_KEY], sort=True):
-            d, ref, live = g["distance"].to_numpy(), g["d_star"].to_numpy(), g["live"].to_numpy()
+        for (_, _, m, impl, version), at in jobs:
+            d, ref, live = distance[at], d_star[at], alive[at].astype(bool)
             arrays[(m, (impl, version))] = (d[live], optimality(d, ref, (eps_max or {}).get(norm)))
         impls = sorted({k for _, k in arrays})
         models = sorted({m for m, _ in arrays})

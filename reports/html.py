@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import text as T
 from .plots import curve_svg, family_svg
+from .svg import Svg
 from .tables import ReportData
 
 
@@ -114,9 +115,27 @@ def _ul(items: Iterable[str], cls: str = "") -> str:
 
 
 def _figure(svg: str, caption: str, label: str) -> str:
-    # the SVG comes from plots.clean_svg: matplotlib markup with text as paths, no comments
+    # the SVG comes from reports/svg.py: paths and glyph outlines only, no text, no comments
     return (f'<figure role="img" aria-label="{esc(label)}">{svg}'
             f"<figcaption>{esc(caption)}</figcaption></figure>")
+
+
+class _Plots:
+    """The report's plots inlined: the first one placed carries the CSS and every shared
+    definition (glyphs, markers) of all of them, the others refer to those (ids are document-wide
+    in HTML), so a glyph's outline is in the page once, not once per plot."""
+
+    def __init__(self, plots: list[Svg]):
+        self.defs: dict[str, str] = {}
+        for p in plots:
+            self.defs.update(p.defs)
+        self.placed = False
+
+    def inline(self, plot: Svg) -> str:
+        if self.placed:
+            return plot.element()
+        self.placed = True
+        return plot.element(self.defs, style=True)
 
 
 def render_html(data: ReportData, generated: str | None = None) -> str:
@@ -156,12 +175,15 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
                  + "".join(body) + "</section>")
 
     # -- robustness curves --------------------------------------------------------------
+    with_plot = [f for f in data.families if f["widest"] is not None and len(f["widest"].dist_a)]
+    plots = _Plots([curve_svg(data, i) for i in range(len(data.curves))]
+                   + [family_svg(data, f["index"]) for f in with_plot])
     children, body = [], []
     for i, curve in enumerate(data.curves):
         anchor = _anchor("curve", curve.model, curve.norm)
         children.append((anchor, f"{curve.model} · {curve.norm}"))
         body.append(f'<h3 id="{anchor}">{esc(curve.model)} · {esc(curve.norm)}</h3>')
-        body.append(_figure(curve_svg(data, i), T.curve_caption(curve),
+        body.append(_figure(plots.inline(curve_svg(data, i)), T.curve_caption(curve),
                             f"robust accuracy against epsilon, {curve.model}, {curve.norm}"))
     toc.append(("curves", "Robust accuracy against ε", children))
     parts.append(f'<section id="curves"><h2>3. Robust accuracy against ε</h2><p class="explain">{esc(T.EXPLAIN_CURVES)}</p>'
@@ -190,7 +212,7 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
             body.append(f"<details><summary>The same tests per model ({len(per_model)} rows)</summary>"
                         + table(per_model, T.PAIR_COLS) + "</details>")
         if fam["widest"] is not None and len(fam["widest"].dist_a):
-            body.append(_figure(family_svg(data, fam["index"]), T.pair_sentence(fam["widest"]),
+            body.append(_figure(plots.inline(family_svg(data, fam["index"])), T.pair_sentence(fam["widest"]),
                                 f"per-sample distances, {fam['family']}, {fam['norm']}"))
     if not data.families:
         body.append("<p>No family has more than one implementation in this run.</p>")

@@ -54,7 +54,7 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
         if plot_dir is None:
             return "_(plot in report.html)_\n"
         path = plot_dir / f"{name}.svg"
-        path.write_text(svg_fn(), encoding="utf-8")
+        path.write_text(svg_fn().standalone(), encoding="utf-8")
         return f"![{md(alt)}]({plot_prefix}/{path.name})\n"
 
     out.append("# Attack implementation audit\n")

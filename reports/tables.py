@@ -106,10 +106,10 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     #: implementation key -> colour index, the same in every plot
     colors: dict[tuple[str, str], int] = field(default_factory=dict)
-    _svgs: dict[str, str] = field(default_factory=dict, repr=False)
+    _svgs: dict[str, object] = field(default_factory=dict, repr=False)
 
-    def svg(self, key: str, render) -> str:
-        """``render()``'s SVG, drawn once per report (Markdown and HTML share it)."""
+    def svg(self, key: str, render):
+        """``render()``'s plot (``svg.Svg``), drawn once per report (Markdown and HTML share it)."""
         if key not in self._svgs:
             self._svgs[key] = render()
         return self._svgs[key]
@@ -135,9 +135,8 @@ def _distances(table: pd.DataFrame) -> pd.DataFrame:
     return t.drop_duplicates(keys, keep="last")[keys + ["best_distance"]]
 
 
-def _curves(table: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None) -> list[Curve]:
-    dist = _distances(table)
-    env = fidelity.envelope(table)
+def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None) -> list[Curve]:
+    """Per (model, norm) of the envelope ``env``, with ``dist`` (``_distances``) and the local ξ."""
     ref = None
     if exact is not None and {"status", "exact_distance", "lower_bound"} <= set(exact.columns):
         from ..fidelity.true_optimality import exact_reference
@@ -145,13 +144,14 @@ def _curves(table: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None
     opt = {(r.model, r.norm, r.implementation, r.library_version): float(r.optimality)
            for r in local.itertuples(index=False)}
     out = []
+    by_model_norm = dict(tuple(dist.groupby(["model", "norm"], sort=False)))
     for (model, norm), e in env.groupby(["model", "norm"], sort=True):
         e = e.sort_values("sample")
         samples = e["sample"].to_numpy()
         d_star = e["d_star"].to_numpy(dtype=float)
         live = d_star > 0
         by_impl = {}
-        part = dist[(dist["model"] == model) & (dist["norm"] == norm)]
+        part = by_model_norm.get((model, norm), dist.iloc[0:0])
         for (impl, version), g in part.groupby(["implementation", "library_version"], sort=True):
             d = g.set_index("sample")["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float)
             by_impl[(impl, version)] = np.where(live, d, 0.0)
@@ -168,18 +168,21 @@ def _curves(table: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None
 
 def _crashes(table: pd.DataFrame) -> pd.DataFrame:
     cols = ["model", "norm", "implementation", "library_version", "status", "samples", "of", "cause"]
+    keys = ["model", "norm", "implementation", "library_version"]
     t = table.copy()
     t["status"] = t.get("status", pd.Series("ok", index=t.index)).fillna("ok").astype(str)
     t["error"] = t.get("error", pd.Series("", index=t.index)).fillna("").astype(str)
+    # only the few jobs with a failed row are looked at one by one; "of" counts all their rows
+    sizes = t.groupby(keys, sort=True).size()
     rows = []
-    for (model, norm, impl, version), g in t.groupby(["model", "norm", "implementation", "library_version"],
-                                                      sort=True):
+    for key, g in t[t["status"].isin(FAILED_STATUSES)].groupby(keys, sort=True):
+        model, norm, impl, version = key
         for status in FAILED_STATUSES:
             bad = g[g["status"] == status]
             if len(bad):
                 causes = [c for c in dict.fromkeys(bad["error"].map(_one_line)) if c]
                 rows.append({"model": model, "norm": norm, "implementation": impl, "library_version": version,
-                             "status": status, "samples": len(bad), "of": len(g),
+                             "status": status, "samples": len(bad), "of": int(sizes[key]),
                              "cause": causes[0] if causes else "no error recorded"})
     return pd.DataFrame(rows, columns=cols)
 
@@ -195,15 +198,19 @@ def _implementations(table: pd.DataFrame) -> pd.DataFrame:
         .sort_values(["family", "implementation", "library_version", "norm"]).reset_index(drop=True)
 
 
-def _pairs_for_plots(table: pd.DataFrame, pairs: pd.DataFrame, side: pd.DataFrame) -> list[Pair]:
-    """Every pooled (or single-model) pair of implementations with their live distances."""
+def _pairs_for_plots(pairs: pd.DataFrame, side: pd.DataFrame, dist: pd.DataFrame, env: pd.DataFrame) -> list[Pair]:
+    """Every pooled (or single-model) pair of implementations with their live distances
+    (``dist``: ``_distances``, ``env``: ``fidelity.envelope`` of the table)."""
     if pairs.empty:
         return []
     lib = {(r.implementation, r.library_version): r.library for r in side.itertuples(index=False)}
-    dist = _distances(table)
-    env = fidelity.envelope(table)[["model", "norm", "sample", "d_star"]]
-    dist = dist.merge(env, on=["model", "norm", "sample"], how="left")
+    dist = dist.merge(env[["model", "norm", "sample", "d_star"]], on=["model", "norm", "sample"], how="left")
     dist = dist[dist["d_star"] > 0]
+    # one split of the live distances, looked up per pair (a pair's models are a few of them)
+    samples = {key: sorted(set(g["sample"])) for key, g in dist.groupby(["model", "norm"], sort=False)}
+    by_job = {key: g.set_index("sample")["best_distance"]
+              for key, g in dist.groupby(["model", "norm", "implementation", "library_version"], sort=False)}
+    empty = pd.Series(dtype=float)
     out = []
     for (family, norm, a, va, b, vb), g in pairs.groupby(
             ["family", "norm", "implementation_a", "library_version_a", "implementation_b", "library_version_b"],
@@ -213,13 +220,11 @@ def _pairs_for_plots(table: pd.DataFrame, pairs: pd.DataFrame, side: pd.DataFram
         models = [m for m in g["model"].unique() if m != fidelity.POOLED]
         da, db, ms = [], [], []
         for m in sorted(models):
-            part = dist[(dist["model"] == m) & (dist["norm"] == norm)]
-            xa = part[(part["implementation"] == a) & (part["library_version"] == va)].set_index("sample")
-            xb = part[(part["implementation"] == b) & (part["library_version"] == vb)].set_index("sample")
-            samples = sorted(set(part["sample"]))
-            da.append(xa["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float))
-            db.append(xb["best_distance"].reindex(samples).fillna(np.inf).to_numpy(dtype=float))
-            ms.append(np.full(len(samples), m, dtype=object))
+            live = samples.get((m, norm), [])
+            xa, xb = by_job.get((m, norm, a, va), empty), by_job.get((m, norm, b, vb), empty)
+            da.append(xa.reindex(live).fillna(np.inf).to_numpy(dtype=float))
+            db.append(xb.reindex(live).fillna(np.inf).to_numpy(dtype=float))
+            ms.append(np.full(len(live), m, dtype=object))
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
         out.append(Pair(family, norm, (a, va), (b, vb), lib.get((a, va), ""), lib.get((b, vb), ""),
                         float(row["optimality_a"]), float(row["optimality_b"]), float(row["p_value"]),
@@ -355,8 +360,10 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")
     summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
     notes += more + measurement_notes(table, local)
-    curves = _curves(table, local, exact)
-    all_pairs = _pairs_for_plots(table, pairs, side)
+    # the per-sample distances and the envelope, once for the curves and the scatter plots
+    dist, env = _distances(table), fidelity.envelope(table)
+    curves = _curves(dist, env, local, exact)
+    all_pairs = _pairs_for_plots(pairs, side, dist, env)
     families = []
     for (family, norm), g in side.groupby(["family", "norm"], sort=True):
         if len(g) < 2:

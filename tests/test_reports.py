@@ -19,7 +19,7 @@ import pytest
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
 from attackaudit.reports import command
-from attackaudit.reports.plots import clean_svg, label
+from attackaudit.reports.svg import shorten
 from attackaudit.store import write_job, write_manifest
 
 HOSTILE = "<script>alert(1)</script>"
@@ -264,14 +264,21 @@ def test_compare_writes_audit_with_one_verdict_line_each(tmp_path, capsys):
     assert "<script>alert" not in page and ESCAPED in page and page.count("<script") == 1
 
 
-def test_svg_cleaning_and_labels():
-    raw = ('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg">'
-           '<!-- <script>alert(1)</script> --><metadata>m</metadata><defs><path id="m1"/></defs>'
-           '<use xlink:href="#m1"/><g clip-path="url(#m1)"/><use href="#other"/></svg>')
-    out = clean_svg(raw, "c 0")
-    assert out.startswith("<svg") and "<!--" not in out and "metadata" not in out and "script" not in out
-    assert 'id="c-0-m1"' in out and 'href="#c-0-m1"' in out and "url(#c-0-m1)" in out and 'href="#other"' in out
-    assert label("a$b$c") == r"a\$b\$c" and len(label("x" * 200)) == 48
+def test_svg_shared_definitions_and_labels():
+    from attackaudit.reports.plots import robustness_svg
+    from attackaudit.reports.tables import Curve
+
+    d = np.array([0.0, 0.1, 0.2, np.inf])
+    curve = Curve("m", "linf", np.arange(4), d, {("a/pgd", "1"): d * 1.1}, {("a/pgd", "1"): 0.9})
+    plot = robustness_svg(curve, "c0")
+    svg = plot.standalone()
+    assert svg.startswith("<svg") and "<!--" not in svg and "<text" not in svg and "style=" not in svg
+    # every id it refers to is defined in it, once
+    ids = re.findall(r'\bid="([^"]+)"', svg)
+    assert len(ids) == len(set(ids)) and set(re.findall(r'href="#([^"]+)"', svg)) <= set(ids)
+    # inline, without the shared definitions (the page carries them once)
+    assert "<defs>" not in plot.element() and "<style>" not in plot.element()
+    assert shorten("a  b\nc") == "a b c" and len(shorten("x" * 200)) == 48
 
 
 def test_plots_never_carry_names_as_markup():
@@ -281,7 +288,7 @@ def test_plots_never_carry_names_as_markup():
     evil = f"x-->{HOSTILE}<!--$a$"
     pair = Pair("apgd", "linf", (evil, '1"&'), ("b", "2"), "lib", "other", 0.5, 0.6, 0.01, 0.5, 2, 1,
                 np.array([0.1, 0.2, np.inf]), np.array([0.2, 0.1, 0.3]), np.array([evil] * 3, dtype=object))
-    svg = scatter_svg(pair, "t")
+    svg = scatter_svg(pair, "t").standalone()
     assert svg.startswith("<svg") and "script" not in svg and "<!--" not in svg and "-->" not in svg
 
 
