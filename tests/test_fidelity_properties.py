@@ -107,3 +107,37 @@ def test_paired_comparison_is_antisymmetric(seed):
     assert r["effect_size"] == pytest.approx(-s["effect_size"])
     assert r["p_value"] == pytest.approx(s["p_value"])
     assert 0.0 <= r["p_value"] <= 1.0
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_signed_rank_exact_p_matches_scipys_permutation_test(seed):
+    """The vectorised exact test gives scipy's own p-value (method "auto" runs a permutation test
+    for n ≤ 13 tied differences) on every sample, integer and half-integer mid-ranks alike."""
+    import warnings
+
+    from scipy import stats as sps
+
+    from attackaudit.fidelity.stats import EXACT_TIES_MAX_N, signed_rank_exact_p
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, EXACT_TIES_MAX_N + 1))
+    # few distinct magnitudes, so ties are the rule; no zeros (paired_comparison drops them)
+    nz = rng.choice([-1.0, 1.0], n) * rng.integers(1, int(rng.integers(2, 6)), n) * 0.1
+    ranks = sps.rankdata(np.abs(nz))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = sps.wilcoxon(nz, zero_method="wilcox").pvalue
+    assert signed_rank_exact_p(ranks, ranks[nz > 0].sum()) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_paired_comparison_exact_path_matches_scipy():
+    """Through paired_comparison: tied differences at n = 12 take the vectorised path."""
+    from scipy import stats as sps
+
+    a = np.array([1.0, 2.0, 2.0, 3.0, 1.5, 1.5, 4.0, 0.5, 2.5, 2.5, 3.5, 1.0])
+    # dyadic offsets: a − b is exact, so the tied magnitudes really tie
+    b = a + np.array([0.25, -0.125, 0.25, 0.25, 0.125, 0.25, 0.375, -0.25, 0.25, 0.125, 0.375, 0.25])
+    res = paired_comparison(a, b)
+    assert np.unique(np.abs(a - b)).size < a.size
+    assert res["p_value"] == pytest.approx(sps.wilcoxon(a - b).pvalue, rel=1e-12)
+    assert res["wins_a"] == 10 and res["wins_b"] == 2
