@@ -6,12 +6,19 @@ median wall-time ratio per library. Models: the digits CNN (8×8) and a ResNet-1
 inputs (random weights: only timing matters).
 
     python benchmarks/overhead.py [--device cpu|cuda] [--reps N] [--models digits cifar] [--threads 1]
+                                  [--profile]
+
+``--profile`` then shows what remains: each tracked call once more under cProfile, with the share
+of its time spent in attackaudit's own code (the adapter and the QueryTracker, counting the torch
+calls they make themselves, not the model's forwards and backwards they pass on) and the
+functions that spend it.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -147,6 +154,64 @@ def bench(name: str, model: nn.Module, x, y, steps: int, reps: int, device, libr
     return result
 
 
+def _package_dirs() -> tuple[str, ...]:
+    import attackaudit
+    import attackaudit.adapters
+
+    return tuple(str(Path(m.__file__).resolve().parent) + "/" for m in (attackaudit, attackaudit.adapters))
+
+
+OWN_DIRS = _package_dirs()  # the tracker's and the adapters' files (installed editable or not)
+
+
+def _own_code(filename: str) -> bool:
+    return filename.startswith(OWN_DIRS)
+
+
+def profile_own_time(name: str, model: nn.Module, x, y, steps: int, libraries, calls: int = 3,
+                     top: int = 6) -> dict[str, float]:
+    """Share of a tracked call's profiled time spent in attackaudit's own code, per library.
+
+    Own time is the ``tottime`` of functions in the project's files plus that of the built-in
+    functions (torch ops, copies) they call directly; the model's own forwards and backwards run
+    in torch's Python and C++ code and are not counted. The profiler slows Python code more than
+    C++ kernels, so the share is an upper bound on the overhead."""
+    import cProfile
+    import pstats
+
+    print(f"\n{name}: profile of {calls} tracked calls per library (share of profiled time in attackaudit's code)")
+    shares = {}
+    for lib in libraries:
+        tracked = tracked_call(lib, model, x, y, steps)
+        if tracked is None:
+            continue
+        tracked()  # warm-up
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            tracked()
+        prof.disable()
+        stats = pstats.Stats(prof).stats
+        total = sum(tt for (_, _, tt, _, _) in stats.values())
+        own: dict[str, float] = {}
+        for func, (_, _, tt, _, callers) in stats.items():
+            filename, line, fname = func
+            if _own_code(filename):
+                key = f"{Path(filename).parent.name}/{Path(filename).name}:{line} {fname}"
+                own[key] = own.get(key, 0.0) + tt
+            elif filename == "~":  # a built-in: charge the part called from our code to the caller
+                for caller, (_, _, ctt, _) in callers.items():
+                    if _own_code(caller[0]):
+                        key = f"{Path(caller[0]).parent.name}/{Path(caller[0]).name}:{caller[1]} {caller[2]}"
+                        own[key] = own.get(key, 0.0) + ctt
+        share = sum(own.values()) / total if total else 0.0
+        shares[lib] = share
+        print(f"{lib:14s} {100 * share:5.1f}% of {total / calls:.3f} s per profiled call")
+        for key, tt in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{'':16s}{100 * tt / total:5.1f}%  {key}")
+    return shares
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -156,6 +221,8 @@ def main() -> None:
     parser.add_argument("--libraries", nargs="+", default=list(SPECS))
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: what each of the harness's workers gets on a 2-core machine)")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile each tracked call: the share of its time in attackaudit's own code")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -165,15 +232,19 @@ def main() -> None:
         from attackaudit.zoo import load_model
 
         sub = load_subset("digits", 64, 0)
-        bench("digits-cnn", load_model("digits-cnn", device), sub.inputs.to(device), sub.labels.to(device),
-              100, args.reps or 31, device, args.libraries)
+        model, x, y = load_model("digits-cnn", device), sub.inputs.to(device), sub.labels.to(device)
+        bench("digits-cnn", model, x, y, 100, args.reps or 31, device, args.libraries)
+        if args.profile:
+            profile_own_time("digits-cnn", model, x, y, 100, args.libraries)
     if "cifar" in args.models:
         n = 16 if device.type == "cpu" else 256
         x = torch.rand(n, 3, 32, 32, device=device)
         y = torch.randint(0, 10, (n,), device=device)
         # the tracker costs one uncounted clean forward up front: fewer than ~20 steps overstate it
-        bench("resnet18-32x32", cifar_resnet18().to(device), x, y, 20 if device.type == "cpu" else 50,
-              args.reps or 7, device, args.libraries)
+        model, steps = cifar_resnet18().to(device), 20 if device.type == "cpu" else 50
+        bench("resnet18-32x32", model, x, y, steps, args.reps or 7, device, args.libraries)
+        if args.profile:
+            profile_own_time("resnet18-32x32", model, x, y, steps, args.libraries, calls=1)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,11 @@ class LocalExecutor:
                 message = w.conn.recv()
             except (EOFError, OSError):
                 break
+            if "ready" in message:
+                # a job sent to a starting worker is timed from the end of its imports, so a
+                # restart after a crash does not eat into the next job's --timeout
+                w.started = time.monotonic()
+                continue
             if "progress" not in message:
                 return message
             progress(*message["progress"])

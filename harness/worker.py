@@ -149,6 +149,8 @@ def worker_loop(conn, threads: int) -> None:
     os.environ.setdefault("NUMBA_OPT", "0")
     faulthandler.enable()  # on fd 2, which points at the current job's log while it runs
     stderr_fd = os.dup(2)
+    # the imports are done: a job's time limit starts now, not when the process was spawned
+    conn.send({"ready": True})
     while True:
         message = conn.recv()
         if message is None:

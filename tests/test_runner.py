@@ -59,7 +59,7 @@ def test_run_writes_per_sample_rows_and_resumes(tmp_path):
 def test_misbehaving_attacks_become_rows_and_the_run_goes_on(tmp_path):
     out = tmp_path / "bad"
     res = cli("run", "--models", "digits-cnn", "--libraries", "misbehaving", "--plugin", PLUGIN,
-              "--samples", "4", "--timeout", "20", "--quiet", "--out", str(out))
+              "--samples", "4", "--timeout", "8", "--quiet", "--out", str(out))
     assert res.returncode == 0, res.stderr
     df = attackaudit.load_run(out)
     status = df.groupby("attack")["status"].first().to_dict()
@@ -78,7 +78,7 @@ def test_misbehaving_attacks_become_rows_and_the_run_goes_on(tmp_path):
     logs = list((out / "logs").glob("*"))
     assert any("index out of range" in p.read_text(errors="replace") for p in logs)
     strict = cli("run", "--models", "digits-cnn", "--libraries", "misbehaving", "--plugin", PLUGIN,
-                 "--samples", "4", "--timeout", "20", "--quiet", "--strict", "--out", str(out))
+                 "--samples", "4", "--timeout", "8", "--quiet", "--strict", "--out", str(out))
     assert strict.returncode == 1
 
 
