@@ -59,10 +59,13 @@ def plan(config: RunConfig) -> Plan:
 
     known_libraries = set(BUILTIN_LIBRARIES)
     try:
-        entries = catalogue(None, plugins=config.plugins)
+        # only the libraries asked for: importing a built-in library takes seconds of the parent's CPU
+        entries = catalogue(config.libraries, plugins=config.plugins)
+        known_libraries |= {e.library for e in entries}
+        if any(lib not in known_libraries for lib in config.libraries or []):  # name them all
+            known_libraries |= {e.library for e in catalogue(None, plugins=config.plugins)}
     except PluginError as exc:
         raise ConfigError(str(exc)) from None
-    known_libraries |= {e.library for e in entries}
     for lib in config.libraries or []:
         if lib not in known_libraries:
             raise ConfigError(f"unknown library {lib!r}; known: {', '.join(sorted(known_libraries))}")
