@@ -168,6 +168,12 @@ def _own_code(filename: str) -> bool:
     return filename.startswith(OWN_DIRS)
 
 
+def _label(func: tuple[str, int, str]) -> str:
+    """A pstats function key (file, line, name) as ``package/module.py:line name``."""
+    filename, line, name = func
+    return f"{Path(filename).parent.name}/{Path(filename).name}:{line} {name}"
+
+
 def profile_own_time(name: str, model: nn.Module, x, y, steps: int, libraries, calls: int = 3,
                      top: int = 6) -> dict[str, float]:
     """Share of a tracked call's profiled time spent in attackaudit's own code, per library.
@@ -195,15 +201,12 @@ def profile_own_time(name: str, model: nn.Module, x, y, steps: int, libraries, c
         total = sum(tt for (_, _, tt, _, _) in stats.values())
         own: dict[str, float] = {}
         for func, (_, _, tt, _, callers) in stats.items():
-            filename, line, fname = func
-            if _own_code(filename):
-                key = f"{Path(filename).parent.name}/{Path(filename).name}:{line} {fname}"
-                own[key] = own.get(key, 0.0) + tt
-            elif filename == "~":  # a built-in: charge the part called from our code to the caller
+            if _own_code(func[0]):
+                own[_label(func)] = own.get(_label(func), 0.0) + tt
+            elif func[0] == "~":  # a built-in: charge the part called from our code to the caller
                 for caller, (_, _, ctt, _) in callers.items():
                     if _own_code(caller[0]):
-                        key = f"{Path(caller[0]).parent.name}/{Path(caller[0]).name}:{caller[1]} {caller[2]}"
-                        own[key] = own.get(key, 0.0) + ctt
+                        own[_label(caller)] = own.get(_label(caller), 0.0) + ctt
         share = sum(own.values()) / total if total else 0.0
         shares[lib] = share
         print(f"{lib:14s} {100 * share:5.1f}% of {total / calls:.3f} s per profiled call")

@@ -6,8 +6,8 @@
 The default grid (adv-lib and cleverhans, 38 specs, on three zoo models, the demo's 16 samples
 and step scale: 114 jobs of about a second each) takes a few minutes; ``--libraries`` and
 ``--models`` widen it (``--models`` with the demo's four models and all five libraries is the
-whole demo's grid, about 10 minutes on two cores). Every run writes to a fresh temporary directory, so nothing is
-resumed.
+whole demo's grid, about 5 minutes on two cores). Every run writes to a fresh temporary
+directory, so nothing is resumed.
 
 Before the grids it measures the **ceiling**: one fixed CPU-bound torch workload (forwards and
 backwards of the digits CNN, one thread) in one process, then in two processes at once. On a
