@@ -95,13 +95,6 @@ def output_problem(adv: object, inputs: Tensor) -> str:
     return ""
 
 
-def is_adversarial(model: nn.Module, x: Tensor, labels: Tensor, targets: Tensor | None) -> Tensor:
-    """The harness's own success check on the unwrapped model (never the library's flag)."""
-    with torch.no_grad():
-        pred = model(x).argmax(1)
-    return pred == targets if targets is not None else pred != labels
-
-
 def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
                         targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
                         clean_logits: Tensor | None = None) -> tuple[QueryTracker, object, str]:

@@ -39,7 +39,8 @@ Each forward call of B rows, in call order:
    backwards is one forward of it; otherwise it is refused: its logits are replaced by the refusal
    answer and it adds one to ``refused``. A backward through the call is charged row by row the
    same way (one backward, or refused with a zero gradient).
-7. Best candidates: a forward row within the budget whose logits are finite and adversarial and
+7. Best candidates: a forward row within the budget whose logits are finite and adversarial
+   (``success.is_success``: strictly, an exact tie with the label never counts) and
    whose coordinates all lie in [−BOX_TOLERANCE, 1 + BOX_TOLERANCE]. Its point is the row clamped
    to [0, 1], its distance (job norm) that point's. Per sample the tracker keeps the KEEP_BESTS
    candidates of smallest distance, the earliest of equal ones; order: the clean input (distance 0,
@@ -62,6 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from .distance import attribution_norm, finite_pairwise_distance, lp_norm, pairwise_distance
+from .success import is_success
 
 #: an input coordinate outside [0, 1] by more than this makes a row ineligible as "best"
 BOX_TOLERANCE = 1e-5
@@ -451,10 +453,7 @@ class QueryTracker(nn.Module):
         return True if everyone else allowed
 
     def _is_adversarial(self, logits: Tensor, idx: Tensor) -> Tensor:
-        pred = logits.argmax(1)
-        if self.targeted:
-            return pred == self.targets[idx]
-        return pred != self.labels[idx]
+        return is_success(logits, self.labels[idx], self.targets[idx] if self.targeted else None)
 
     def judge(self, logits: Tensor, idx: Tensor) -> Tensor:
         """Whether logits (B×classes) of rows owned by ``idx`` (B) are adversarial (B)."""
@@ -620,8 +619,7 @@ class QueryTracker(nn.Module):
         """``_flush`` of whole batches in order (K×N×D rows, K×N×classes logits): per sample only
         its KEEP_BESTS smallest candidates of the window (a stable sort over the K queries keeps
         the earliest of equals first) are merged, not every adversarial row."""
-        pred = logits.argmax(2)
-        adversarial = pred == self.targets if self.targeted else pred != self.labels  # K×N
+        adversarial = is_success(logits, self.labels, self.targets if self.targeted else None)  # K×N
         columns = adversarial.any(0).nonzero().squeeze(1)  # only samples with an adversarial row
         if not len(columns):
             return

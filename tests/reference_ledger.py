@@ -4,7 +4,8 @@ The rule is written once, in the module docstring of ``attackaudit.tracker`` (st
 refer to it). This class has no fast path, no deferred buffer, no pending counters and no hint
 cache: every query is attributed, charged and offered as best candidate row by row, in order,
 with plain Python loops. It shares only the documented distance functions with the tracker
-(``attackaudit.distance``), so that a row's distance is the same number in both.
+(``attackaudit.distance``), so that a row's distance is the same number in both, and the one
+definition of success (``attackaudit.success``: a strict logit inequality, ties never succeed).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from attackaudit.distance import finite_pairwise_distance, lp_norm, pairwise_distance
+from attackaudit.success import is_success
 from attackaudit.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_SCALE
 
 
@@ -147,8 +149,7 @@ class ReferenceLedger(nn.Module):
 
     # -- best candidates -----------------------------------------------------------------------
     def _adversarial(self, logits: Tensor, i: int) -> bool:
-        pred = int(logits.argmax())
-        return pred == int(self.targets[i]) if self.targeted else pred != int(self.labels[i])
+        return bool(is_success(logits, self.labels[i], self.targets[i] if self.targeted else None))
 
     def _candidate(self, row: Tensor, logits: Tensor, i: int) -> bool:
         in_box = bool(row.min() >= -BOX_TOLERANCE) and bool(row.max() <= 1 + BOX_TOLERANCE)  # NaN fails

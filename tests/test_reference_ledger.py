@@ -207,3 +207,87 @@ def test_an_empty_batch_costs_nothing(cnn, subset8):
         t(x[:0])
     assert out.shape == (0, 10)
     assert t.forwards.tolist() == [1] * 8 and t.refused.sum() == 0
+
+
+class TiedLogits(torch.nn.Module):
+    """A linear model on 8×8 digits whose logits are rounded to whole numbers, so that many query
+    rows tie the label's logit exactly with another class's; ``perm`` renames the classes (logit j
+    of the twin is logit ``perm[j]`` of the model), as the ``~perm`` zoo twin does."""
+
+    def __init__(self, perm: torch.Tensor | None = None) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.weight = torch.nn.Parameter(torch.randn(10, 64, generator=g) * 0.1, requires_grad=False)
+        self.perm = perm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = torch.round(x.flatten(1) @ self.weight.T)
+        return logits if self.perm is None else logits[:, self.perm]
+
+
+def _tied_rows(x: torch.Tensor, y: torch.Tensor, model: torch.nn.Module) -> int:
+    with torch.no_grad():
+        logits = model(x.clamp(0, 1))
+    own = logits.gather(1, y.view(-1, 1)).squeeze(1)
+    others = logits.scatter(1, y.view(-1, 1), float("-inf")).amax(1)
+    return int((own == others).sum())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 5), norm=st.sampled_from(NORMS), budget=st.integers(2, 14),
+       targeted=st.booleans(), perm_seed=st.integers(0, 2**16), ops=st.lists(OPS, min_size=1, max_size=16))
+def test_success_is_strict_whatever_the_class_order(pool, n, norm, budget, targeted, perm_seed, ops):
+    """Issue 32: with exact ties between the label and another class, the tracker and the ledger
+    give the same counts, answers (renamed) and kept bests on a model and on its class-permuted
+    twin (labels and targets mapped): an exact tie is never a success, whatever the class order."""
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(perm_seed))
+    inverse = torch.argsort(perm)  # class c of the model is class inverse[c] of the twin
+    x, y = pool[0][:n].clone(), pool[1][:n].clone()
+    base, twin = TiedLogits(), TiedLogits(perm)
+    targets = (y + 1) % 10
+    results = []
+    for model, labels, tgt in ((base, y, targets), (twin, inverse[y], inverse[targets])):
+        t = QueryTracker(model, x, labels, norm=norm, budget=budget, targeted=targeted,
+                         targets=tgt if targeted else None)
+        ref = ReferenceLedger(model, x, labels, norm=norm, budget=budget, targeted=targeted,
+                              targets=tgt if targeted else None)
+        walk, answers = x.clone(), []
+        for kind, seed, size in ops:
+            q, hint, _ = _query(kind, seed, size, walk, x)
+            t.expect(hint)
+            ref.expect(hint)
+            with torch.no_grad():
+                out, out_ref = t(q.clone()), ref(q.clone())
+            assert same(out, out_ref), kind
+            answers.append(out if model is base else out[:, inverse])  # back to the model's classes
+            t.expect(None)
+            ref.expect(None)
+        t.offer(walk.clamp(0, 1))
+        ref.offer(walk.clamp(0, 1))
+        dropped = t.recheck().tolist()
+        assert dropped == ref.recheck()
+        assert_agree(t, ref, "tied logits")
+        results.append((t.forwards.tolist(), t.backwards.tolist(), t.refused.tolist(), answers,
+                        t.kept, dropped, t.clean_adversarial.tolist()))
+    (fa, ba, ra, ans_a, kept_a, drop_a, clean_a), (fb, bb, rb, ans_b, kept_b, drop_b, clean_b) = results
+    assert (fa, ba, ra, drop_a, clean_a) == (fb, bb, rb, drop_b, clean_b)
+    assert all(same(a, b) for a, b in zip(ans_a, ans_b))
+    assert torch.equal(kept_a[1], kept_b[1]) and torch.equal(kept_a[0], kept_b[0])
+
+
+def test_the_tied_model_really_ties(pool):
+    """The property above is only worth something if its streams meet exact ties: the rounded
+    model ties the label with another class on a good share of points near the data."""
+    x, y = pool
+    g = torch.Generator().manual_seed(0)
+    walks = torch.cat([x + 0.1 * k * torch.randn(x.shape, generator=g) for k in range(20)])
+    assert _tied_rows(walks, y.repeat(20), TiedLogits()) >= 20  # of 120
+
+
+def test_an_exact_tie_is_not_adversarial():
+    from attackaudit.success import is_success
+
+    logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [0.0, 3.0, 1.0], [float("nan"), 0.0, 0.0]])
+    labels = torch.tensor([1, 0, 0, 1])
+    assert is_success(logits, labels).tolist() == [False, True, True, False]
+    assert is_success(logits, labels, torch.tensor([0, 1, 1, 2])).tolist() == [False, False, True, False]

@@ -110,9 +110,11 @@ def _flips_float32(net, adversarial: list | None, shape, label: int) -> bool:
         return False
     import torch
 
+    from ..success import is_success
+
     with torch.no_grad():
         x = torch.tensor(adversarial, dtype=torch.float32).reshape(1, *shape)
-        return bool(net(x).argmax(1).item() != label)
+        return bool(is_success(net(x), torch.tensor([label]))[0])
 
 
 def _write_atomic(table: pd.DataFrame, path: Path) -> None:
