@@ -25,13 +25,16 @@ class MinimalAttack(Protocol):
       job's device; ``model(x)`` returns N×K float logits and is differentiable in ``x``. Every
       forward and backward row is charged to the sample it is closest to; past the per-sample
       budget the rows of that sample get a non-adversarial output and a zero gradient.
+      ``model.num_classes`` is K, the class count (an ``int``, known without a query: attacks
+      such as DeepFool or C&W that loop over classes or one-hot the labels read it there).
     - ``inputs``: N×C×H×W float32 on the job's device, values in [0, 1]; a private copy (an
       in-place change does no harm).
     - ``labels``: N int64 on the same device, the true classes.
     - ``targeted``/``targets``: passed only in ``--targeted`` runs, as ``targeted=True`` and
       N int64 target classes (never equal to ``labels``) on the same device; success then means
       reaching ``targets``. Untargeted runs pass neither, so both need these defaults. A spec
-      with ``targeted_support=False`` is never called targeted.
+      with ``targeted_support=False`` is never called targeted; one with ``targeted_only=True``
+      is never called untargeted (it runs only in ``--targeted`` runs, and always gets both).
     - returns N×C×H×W float (same shape as ``inputs``), finite, in [0, 1]; anything else makes
       the job ``invalid``. Success is re-checked on the unwrapped model, never trusted.
     """
@@ -43,14 +46,18 @@ class MinimalAttack(Protocol):
 class FixedEpsAttack(Protocol):
     """``kind="fixed"``: an attack within an ε ball, called by the minimal-ε search.
 
-    The search (``harness/minimal.py``) calls it many times per batch (up to 14 rounds; one call
-    per round, or one per distinct ε when ε is a float), each time on the subset of the batch
-    still being searched, so N varies between calls; ε doubles from a norm-specific start until
-    success, then is bisected. Arguments are as in :class:`MinimalAttack`, plus ``eps``:
+    The search (``harness/minimal.py``) calls it many times per batch (up to 14 rounds), each
+    time on the subset of the batch still being searched, so N varies between calls; ε doubles
+    from a norm-specific start until success, then is bisected. Arguments are as in
+    :class:`MinimalAttack`, plus ``eps``:
 
     - ``per_sample_eps=False`` (the default): ``eps`` is a Python ``float``, one ε for all N rows.
-    - ``per_sample_eps=True``: ``eps`` is a float32 tensor of shape (N,), one ε per row, **on the
-      CPU** whatever the job's device (move it: ``eps.to(inputs.device)``).
+      Each round groups the rows still searched by their ε: all rows that share one ε go into one
+      call, and rows at different ε into different calls (rows at the same ε interact, e.g.
+      through batch statistics or a shared step size, only with each other).
+    - ``per_sample_eps=True``: one call per round with every row still searched; ``eps`` is a
+      float32 tensor of shape (N,), one ε per row, **on the CPU** whatever the job's device (move
+      it: ``eps.to(inputs.device)``).
 
     ε is in the spec's norm on [0, 1] inputs (L0: a number of pixels). A returned row counts as
     a success at ε only if it is adversarial and its distance is at most ε (0.1% slack): project
@@ -75,6 +82,8 @@ class AttackSpec:
     ``run`` is a :class:`MinimalAttack` or a :class:`FixedEpsAttack` according to ``kind``.
     ``targeted_support`` says whether the library can run the attack targeted; a spec that
     cannot is never run with ``--targeted`` (it is listed, and skipped with a reason).
+    ``targeted_only`` says the attack has no untargeted mode (it needs target classes); such a
+    spec runs only with ``--targeted`` and is skipped, with the reason, in untargeted runs.
     Plugin specs are checked by :func:`spec_problem` when loaded.
     """
 
@@ -90,12 +99,16 @@ class AttackSpec:
     variant: str = ""  # distinguishes two specs of one attack and norm (e.g. loss "ce" vs "dlr")
     steps_param: str = ""  # the params key that sets the number of iterations, if any
     note: str = ""
+    targeted_only: bool = False  # no untargeted mode: runs only in --targeted runs
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ValueError(f"AttackSpec {self.library}/{self.name}: norm {self.norm!r} is not one of {NORMS}")
         if self.kind not in KINDS:
             raise ValueError(f"AttackSpec {self.library}/{self.name}: kind {self.kind!r} is not one of {KINDS}")
+        if self.targeted_only and not self.targeted_support:
+            raise ValueError(f"AttackSpec {self.library}/{self.name}: targeted_only=True with targeted_support=False "
+                             "would never run; drop one of them")
 
     @property
     def implementation(self) -> str:
@@ -145,7 +158,7 @@ def spec_problem(spec: AttackSpec) -> str:
     ``functools.partial`` ``run`` with the same value (so ``--steps-scale`` and ``with_params``
     reach the attack, and the recorded params are the ones it runs with); and ``run`` accepting
     the call of its kind (``FixedEpsAttack`` takes ``eps``; ``targeted``/``targets`` unless
-    ``targeted_support`` is false).
+    ``targeted_support`` is false; a ``targeted_only`` spec need not accept the untargeted call).
     """
     where = f"attack {spec.key}"
     if spec.norm not in NORMS:
@@ -191,15 +204,17 @@ def _signature_problem(spec: AttackSpec, where: str) -> str:
         signature = inspect.signature(spec.run)
     except (TypeError, ValueError):  # builtins without a signature: the call itself will tell
         return ""
-    keywords: dict[str, Any] = {"eps": 0.0} if spec.kind == "fixed" else {}
-    if spec.targeted_support:
-        keywords |= {"targeted": True, "targets": None}
-    try:
-        signature.bind(None, None, None, **keywords)
-    except TypeError as exc:
-        protocol = "FixedEpsAttack" if spec.kind == "fixed" else "MinimalAttack"
-        called = ", ".join(["model, inputs, labels", *(f"{k}=..." for k in keywords)])
-        return f"{where}: run cannot be called as run({called}) ({exc}); see {protocol}"
+    base: dict[str, Any] = {"eps": 0.0} if spec.kind == "fixed" else {}
+    # the calls the harness makes: untargeted (never for a targeted_only spec), and targeted
+    calls = ([] if spec.targeted_only else [base]) + (
+        [base | {"targeted": True, "targets": None}] if spec.targeted_support else [])
+    for keywords in calls:
+        try:
+            signature.bind(None, None, None, **keywords)
+        except TypeError as exc:
+            protocol = "FixedEpsAttack" if spec.kind == "fixed" else "MinimalAttack"
+            called = ", ".join(["model, inputs, labels", *(f"{k}=..." for k in keywords)])
+            return f"{where}: run cannot be called as run({called}) ({exc}); see {protocol}"
     return ""
 
 

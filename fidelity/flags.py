@@ -128,9 +128,14 @@ def _last_not_best(g: pd.DataFrame) -> list[tuple[str, str]]:
 def _effort(g: pd.DataFrame) -> list[tuple[str, str]]:
     """Did the attack run at all (``silent_failure``)? A gradient attack without any backward
     pass; about one query per sample and nothing broken; or none of ≥ ``MIN_EVIDENCE_SAMPLES``
-    samples other implementations broke was broken (ASR = clean error rate)."""
+    samples other implementations broke was broken (ASR = clean error rate). An attack whose
+    outputs left [0, 1] in any batch of the job ran, and is named for that (``out_of_box``)
+    rather than for not running."""
     ok = (g["status"] == "ok").to_numpy()
     if not ok.any():
+        return []
+    invalid = g["status"] == "invalid"
+    if invalid.any() and g.loc[invalid, "error"].astype(str).str.contains(OUT_OF_BOX_ERROR, regex=False).any():
         return []
     live, d_star = g["live"].to_numpy()[ok], g["d_star"].to_numpy()[ok]
     best = g["best_distance"].to_numpy()[ok]

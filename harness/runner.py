@@ -96,6 +96,12 @@ def plan(config: RunConfig) -> Plan:
                     left_out.setdefault((entry.plugin.path, "skipped by --targeted (targeted_support=False)"),
                                         []).append(spec.key)
                 continue
+            if not config.targeted and spec.targeted_only:
+                skipped.append({"attack": spec.key, "reason": "targeted only: runs with --targeted"})
+                if entry.plugin is not None:
+                    left_out.setdefault((entry.plugin.path, "skipped: targeted only (targeted_only=True), "
+                                                            "run with --targeted"), []).append(spec.key)
+                continue
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
                                "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
             for model in models:

@@ -380,3 +380,106 @@ def test_example_attack_stays_in_its_ball_and_box(norm, eps, steps):
     adv = spec.run(model, subset.inputs, subset.labels, eps=radius)
     assert adv.shape == subset.inputs.shape and adv.min() >= 0 and adv.max() <= 1
     assert (lp_norm(adv - subset.inputs, norm) <= radius * (1 + 1e-5) + 1e-6).all()
+
+
+# -- the contract's gaps: class count, targeted-only specs, the plugin's own specs first -----------
+CLASSES: list[int] = []
+
+
+def _reads_classes(model, inputs, labels, *, targeted=False, targets=None):
+    CLASSES.append(model.num_classes)
+    return inputs.clone()
+
+
+def test_the_class_count_reaches_the_attack_without_a_query():
+    from attackaudit.job import attack_with_tracker
+
+    subset, model = tiny_problem()
+    spec = AttackSpec("probe", "classes", "deepfool", "l2", "minimal", {}, functools.partial(_reads_classes))
+    CLASSES.clear()
+    tracker, _, error = attack_with_tracker(spec, model, subset.inputs, subset.labels, budget=100)
+    assert error == "" and CLASSES == [10]
+    assert int(tracker.queries.sum()) == 0  # reading it costs the attack nothing
+
+
+NEEDS_TARGETS = '''
+def needs_targets(model, inputs, labels, *, targeted, targets):
+    assert targeted and targets is not None
+    return inputs.clone()
+'''
+TARGETED_ONLY = ('return [AttackSpec("mine", "fgm", "fgm", "linf", "fixed", {}, partial(fgm)), '
+                 'AttackSpec("mine", "tgt", "fgm", "linf", "minimal", {}, partial(needs_targets), targeted_only=True)]')
+
+
+def test_a_targeted_only_spec_loads_runs_only_targeted_and_says_so(tmp_path, capsys):
+    from attackaudit.config import resolve
+    from attackaudit.runner import plan
+
+    path = write_plugin(tmp_path, TARGETED_ONLY, NEEDS_TARGETS)
+    (entry,) = load_plugin_file(path)
+    assert [s.targeted_only for s in entry.specs] == [False, True]
+    # without the declaration, the untargeted call it cannot take is a load error
+    undeclared = write_plugin(tmp_path, TARGETED_ONLY.replace(", targeted_only=True", ""), NEEDS_TARGETS, name="u.py")
+    with pytest.raises(PluginError, match=r"mine/tgt/linf: run cannot be called as run\(model, inputs, labels\)"):
+        load_plugin_file(undeclared)
+    with pytest.raises(ValueError, match="would never run"):
+        AttackSpec("mine", "x", "fgm", "linf", "minimal", {}, _reads_classes, targeted_only=True,
+                   targeted_support=False)
+
+    base = {"out": str(tmp_path / "r"), "libraries": ["mine"], "plugins": [str(path)], "samples": 2}
+    untargeted = plan(resolve(None, base))
+    assert {j.spec_key for j in untargeted.jobs} == {"mine/fgm/linf"}
+    assert untargeted.skipped == [{"attack": "mine/tgt/linf", "reason": "targeted only: runs with --targeted"}]
+    assert untargeted.notes == [f"--plugin {path.resolve()}: 1 attack skipped: targeted only (targeted_only=True), "
+                                "run with --targeted: mine/tgt/linf"]
+    targeted = plan(resolve(None, {**base, "targeted": True}))
+    assert {j.spec_key for j in targeted.jobs} == {"mine/fgm/linf", "mine/tgt/linf"} and targeted.notes == []
+    code, out, _ = attacks_cli(capsys, "--plugin", str(path))
+    assert code == 0 and "targeted only" in next(line for line in out.splitlines() if line.startswith("mine/tgt"))
+
+
+def test_attacks_lists_the_plugin_specs_first_or_alone(tmp_path, capsys):
+    path = write_plugin(tmp_path, GOOD)
+    code, out, _ = attacks_cli(capsys, "--plugin", str(path), libraries=("cleverhans",))
+    assert code == 0 and out.startswith(f"plugin {path.resolve()}")
+    assert out.index("mine/fgm/linf") < out.index("cleverhans/")
+    code, out, _ = attacks_cli(capsys, "--plugin", str(path), "--plugin-only", libraries=())
+    assert code == 0 and "mine/fgm/linf" in out and "cleverhans" not in out and "adv_lib" not in out
+    code, out, _ = attacks_cli(capsys, "--plugin", str(path), "--plugin-only", "--format", "json", libraries=())
+    assert [r["key"] for r in json.loads(out)] == ["mine/fgm/linf"]
+    code, _, err = attacks_cli(capsys, "--plugin-only", libraries=())
+    assert code == 2 and "--plugin-only needs --plugin" in err and len(err.strip().splitlines()) == 1
+
+
+def _unclamped_step(model, inputs, labels, *, targeted=False, targets=None):
+    """A sign-gradient step without the clamp (a few forwards and backwards per sample): its output
+    leaves [0, 1] on the even digits; on the odd ones it gives the input back, unbroken."""
+    x = inputs.clone().requires_grad_(True)
+    for _ in range(3):
+        (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x), labels), x)
+    step = inputs + 0.5 * g.sign()
+    return torch.where((labels % 2 == 0).view(-1, 1, 1, 1), step, inputs).detach()
+
+
+def test_an_attack_whose_outputs_leave_the_box_is_named_for_that_never_silent_failure():
+    import pandas as pd
+
+    from attackaudit import fidelity
+    from attackaudit.data import load_subset
+    from attackaudit.job import Job, job_rows
+
+    subset, (_, model) = load_subset("digits", 12, 0), tiny_problem()
+    sound = next(s for s in EXAMPLE_SPECS if s.norm == "l2").with_params(steps=5)
+    boxless = AttackSpec("boxless", "step", "fgm", "l2", "minimal", {}, functools.partial(_unclamped_step))
+    tables = []
+    for spec in (sound, boxless):  # one sample per batch: each batch of boxless is ok or out of the box
+        job = Job(run="t", model="digits-mlp-tiny", spec_key=spec.key, samples=12, budget=400, batch_size=1)
+        tables.append(job_rows(job, spec, "1", model, subset, None))
+    table = pd.concat(tables, ignore_index=True)
+    mine = table[table["library"] == "boxless"]
+    odd_broken_by_others = tables[0][(tables[0]["label"] % 2 == 1) & tables[0]["best_distance"].between(0, 1e9,
+                                                                                                        inclusive="neither")]
+    assert set(mine["status"]) == {"ok", "invalid"} and len(odd_broken_by_others) >= 3  # the evidence is there
+    found = fidelity.flags(table)
+    names = set(found.loc[found["library"] == "boxless", "flag"])
+    assert "out_of_box" in names and "silent_failure" not in names, found
