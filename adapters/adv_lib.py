@@ -2,16 +2,17 @@
 
 Targets go in the ``labels`` argument with ``targeted=True``. Steps are chosen so one run fits
 the 2000-query budget (one forward and one backward per step for most attacks); fixed-ε
-attacks take a per-sample ε tensor.
+attacks take a per-sample ε tensor. An attack a release lacks is not in its catalogue; one whose
+keywords differ is bridged or ``unsupported`` when run (``adapters/release.py``).
 """
 from __future__ import annotations
 
-import inspect
 from functools import partial
 from typing import Any
 
 from torch import Tensor, nn
 
+from .release import bridge_keywords
 from .spec import AttackSpec
 
 LIBRARY = "adv_lib"
@@ -20,6 +21,7 @@ P = {"l0": 0, "l1": 1, "l2": 2, "linf": float("inf")}
 
 def _minimal(fn, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
              targets: Tensor | None = None, **params: Any) -> Tensor:
+    params = bridge_keywords(fn, params, what=f"adv-lib {fn.__name__}")
     return fn(model, inputs, targets if targeted else labels, targeted=targeted, **params)
 
 
@@ -27,8 +29,8 @@ def _fixed(fn, eps_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, 
            targeted: bool = False, targets: Tensor | None = None, **params: Any) -> Tensor:
     if isinstance(eps, Tensor):
         eps = eps.to(inputs.device, inputs.dtype)
-    return fn(model, inputs, targets if targeted else labels, targeted=targeted,
-              **{eps_name: eps}, **params)
+    params = bridge_keywords(fn, {eps_name: eps, **params}, what=f"adv-lib {fn.__name__}")
+    return fn(model, inputs, targets if targeted else labels, targeted=targeted, **params)
 
 
 class _Release:
@@ -42,17 +44,6 @@ class _Release:
         return getattr(self._module, name, None)
 
 
-def _has(fn, params) -> bool:
-    """Whether this release has ``fn`` and it accepts every keyword of ``params``."""
-    if fn is None:
-        return False
-    try:
-        accepted = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind is p.VAR_KEYWORD for p in accepted.values()) or all(k in accepted for k in params)
-
-
 def specs() -> list[AttackSpec]:
     from adv_lib import attacks
 
@@ -60,7 +51,7 @@ def specs() -> list[AttackSpec]:
     out: list[AttackSpec] = []
 
     def minimal(name, fn, family, spec_norm, steps_param="", targeted_support=True, **params):
-        if not _has(fn, params):  # absent from this release: not in the catalogue
+        if fn is None:  # absent from this release: not in the catalogue
             return
         # adv-lib's df, fab and tr warn and return the input unchanged when targeted=True
         note = "" if targeted_support else f"adv-lib's {name} has no targeted mode (returns the input)"
@@ -69,7 +60,7 @@ def specs() -> list[AttackSpec]:
                               steps_param=steps_param, note=note))
 
     def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", **params):
-        if not _has(fn, {**params, eps_name: None}):
+        if fn is None:
             return
         out.append(AttackSpec(LIBRARY, name, family, spec_norm, "fixed", params,
                               partial(_fixed, fn, eps_name, **params), per_sample_eps=True,

@@ -3,7 +3,9 @@
 Conventions converted here: torch N×C×H×W in [0, 1] <-> float32 numpy; labels -> int arrays
 (ART one-hot-encodes them itself); ``targeted`` -> the attack's ``targeted`` flag with the
 targets as ``y`` (JSMA and DeepFool differ, see ``LABEL_RULES``); ε -> ``eps`` (a per-sample
-array where ART accepts one) plus an ``eps_step`` relative to it. ART's defaults are weak or slow
+array where the installed release accepts one for that norm, else one call per group of equal ε
+with a scalar: ART before 1.18 raises NotImplementedError on arrays in L1 and L2; see
+``adapters/release.py``) plus an ``eps_step`` relative to it. ART's defaults are weak or slow
 (``batch_size=1``, CW ``max_iter=10``, tqdm bars), so attacks get the whole batch (except where
 that inflates per-sample queries, see ``specs``), no progress bar, and steps sized to the
 2000-query budget. ART calls ``eval()`` on the model and leaves it so; it also accumulates
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .release import bridge_keywords, per_eps_group, probe_inputs, supports, tiny_classifier
 from .spec import AttackSpec, num_classes
 
 LIBRARY = "art"
@@ -75,12 +78,34 @@ def _eps_kwargs(eps: float | Tensor, n: int, ndim: int, step_rule: str, step: fl
     return {"eps": e, "eps_step": e * np.float32(factor) if isinstance(e, np.ndarray) else e * factor}
 
 
+def _array_eps_works(attack_cls, params: dict[str, Any]) -> bool:
+    """Whether this release's ``attack_cls`` takes per-sample ε arrays with ``params``' norm:
+    one iteration on a tiny model of its own (cached per process, see ``release.supports``)."""
+    def probe() -> None:
+        x, y = probe_inputs()
+        kw = {k: v for k, v in params.items() if k in ("norm", "batch_size", "verbose")}
+        kw["batch_size"] = len(x)
+        if "max_iter" in params:
+            kw["max_iter"] = 1
+        eps = np.array([0.1, 0.2], dtype=np.float32).reshape(2, 1, 1, 1)
+        attack = attack_cls(classifier(tiny_classifier(), x), eps=eps, eps_step=eps / 2,
+                            **bridge_keywords(attack_cls, kw, what=attack_cls.__name__))
+        attack.generate(x.numpy(), y.numpy())
+
+    return supports(("art", attack_cls.__name__, str(params.get("norm"))), probe)
+
+
 def _run(attack_cls, label_rule: str, model: nn.Module, inputs: Tensor, labels: Tensor, *,
          targeted: bool = False, targets: Tensor | None = None, eps: float | Tensor | None = None,
          step_rule: str = "", step: float = 0.0, **params: Any) -> Tensor:
     """Build ``attack_cls(classifier, **params)`` and run it on ``inputs`` (N×C×H×W) -> N×C×H×W."""
     if targeted and label_rule == "predictions":
         raise ValueError(f"ART {attack_cls.__name__} cannot run targeted")
+    if isinstance(eps, Tensor) and not _array_eps_works(attack_cls, params):
+        def scalar(x: Tensor, y: Tensor, t: Tensor | None, e: float) -> Tensor:
+            return _run(attack_cls, label_rule, model, x, y, targeted=targeted, targets=t, eps=e,
+                        step_rule=step_rule, step=step, **params)
+        return per_eps_group(scalar, inputs, labels, targets, eps)
     kw = dict(params)
     if kw.get("batch_size") == ALL:
         kw["batch_size"] = len(inputs)
@@ -88,7 +113,7 @@ def _run(attack_cls, label_rule: str, model: nn.Module, inputs: Tensor, labels: 
         kw.update(_eps_kwargs(eps, len(inputs), inputs.dim(), step_rule, step, kw.get("max_iter")))
     if label_rule == "flag":
         kw["targeted"] = targeted
-    attack = attack_cls(classifier(model, inputs), **kw)
+    attack = attack_cls(classifier(model, inputs), **bridge_keywords(attack_cls, kw, what=f"ART {attack_cls.__name__}"))
     x = inputs.detach().cpu().numpy().astype(np.float32)
     if label_rule == "target":
         y = targets.cpu().numpy().astype(np.int64) if targeted else None

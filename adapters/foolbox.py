@@ -5,6 +5,8 @@ to the ε-ball and the box) and ignores the library's success flag. Targets go i
 ``TargetedMisclassification`` criterion. Minimum-norm attacks take ``epsilons=None``; fixed-ε
 attacks a scalar ε (the minimal-ε search groups samples by ε). Iteration counts mirror the
 adv-lib adapter where the family exists there, so implementations are compared at equal steps.
+A class this release lacks (FMN before 3.3.0) is not in its catalogue; hyperparameters go through
+``release.bridge_keywords`` (``unsupported`` rows when a release cannot take one).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from .release import Unsupported, bridge_keywords
 from .spec import AttackSpec
 
 LIBRARY = "foolbox"
@@ -45,12 +48,20 @@ def _criterion(labels: Tensor, targeted: bool, targets: Tensor | None):
     return fb.criteria.Misclassification(labels)
 
 
+def _attack(cls_name: str, params: dict[str, Any]):
+    """This release's ``fb.attacks.<cls_name>(**params)``, or Unsupported."""
+    import foolbox as fb
+
+    cls = getattr(fb.attacks, cls_name, None)
+    if cls is None:
+        raise Unsupported(f"foolbox {fb.__version__} has no {cls_name}")
+    return cls(**bridge_keywords(cls, params, what=f"foolbox {cls_name}"))
+
+
 def _minimal(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
              targets: Tensor | None = None, **params: Any) -> Tensor:
     """Minimum-norm attack on N×C×H×W ``inputs``; returns N×C×H×W in [0, 1], detached."""
-    import foolbox as fb
-
-    attack = getattr(fb.attacks, cls_name)(**params)
+    attack = _attack(cls_name, params)
     _, clipped, _ = attack(_fmodel(model, inputs), inputs, _criterion(labels, targeted, targets),
                            epsilons=None)
     return clipped.detach()
@@ -59,9 +70,7 @@ def _minimal(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *,
 def _fixed(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float,
            targeted: bool = False, targets: Tensor | None = None, **params: Any) -> Tensor:
     """Fixed-ε attack at scalar ``eps``; returns N×C×H×W in [0, 1] (within ε), detached."""
-    import foolbox as fb
-
-    attack = getattr(fb.attacks, cls_name)(**params)
+    attack = _attack(cls_name, params)
     _, clipped, _ = attack(_fmodel(model, inputs), inputs, _criterion(labels, targeted, targets),
                            epsilons=float(eps))
     return clipped.detach()
@@ -77,35 +86,37 @@ def _brendel_bethge(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Te
     So the init attack runs first and BB runs only on the samples it broke; the others get the
     init's output (not adversarial), which the harness records as a failure.
     """
-    import foolbox as fb
-
     fmodel = _fmodel(model, inputs)
     criterion = _criterion(labels, targeted, targets)
-    start_attack = getattr(fb.attacks, init)(steps=init_steps)
+    start_attack = _attack(init, {"steps": init_steps})
     _, start, success = start_attack(fmodel, inputs, criterion, epsilons=None)
     out = start.detach().clone()
     ok = success.bool()
     if ok.any():
         sub = _criterion(labels[ok], targeted, targets[ok] if targeted and targets is not None else None)
-        attack = getattr(fb.attacks, BB_CLASS[spec_norm])(**params)
+        attack = _attack(BB_CLASS[spec_norm], params)
         _, adv, _ = attack(fmodel, inputs[ok], sub, epsilons=None, starting_points=start[ok])
         out[ok] = adv.detach().to(out.dtype)
     return out
 
 
 def specs() -> list[AttackSpec]:
-    import foolbox  # noqa: F401  (an import failure marks the library unavailable)
+    import foolbox  # an import failure marks the library unavailable
 
     out: list[AttackSpec] = []
 
     def minimal(cls_name: str, family: str, spec_norm: str, steps_param: str = "steps",
                 targeted_support: bool = True, note: str = "", **params: Any) -> None:
+        if not hasattr(foolbox.attacks, cls_name):  # absent from this release: not in its catalogue
+            return
         out.append(AttackSpec(LIBRARY, cls_name, family, spec_norm, "minimal", params,
                               partial(_minimal, cls_name, **params), targeted_support=targeted_support,
                               steps_param=steps_param, note=note))
 
     def fixed(cls_name: str, family: str, spec_norm: str, steps_param: str = "steps",
               targeted_support: bool = True, note: str = "", **params: Any) -> None:
+        if not hasattr(foolbox.attacks, cls_name):
+            return
         out.append(AttackSpec(LIBRARY, cls_name, family, spec_norm, "fixed", params,
                               partial(_fixed, cls_name, **params), targeted_support=targeted_support,
                               steps_param=steps_param, note=note))

@@ -9,18 +9,21 @@ call, so a job stays reproducible but later draws in the same process repeat.
 """
 from __future__ import annotations
 
-import inspect
 from functools import partial
 from typing import Any
 
 from torch import Tensor, nn
 
+from .release import Unsupported, bridge_keywords, call_accepting
 from .spec import AttackSpec, num_classes
 
 LIBRARY = "torchattacks"
 NAMES = {"l1": "L1", "l2": "L2", "linf": "Linf"}
 #: FAB keeps only adversarials within ``eps``; this makes it a minimum-norm attack
 UNBOUNDED_EPS = 1e6
+#: our hyperparameter name -> the names older releases gave it (FAB's multi-targeted switch was
+#: ``targeted`` until 3.3)
+RENAMES = {"multi_targeted": ("targeted",)}
 
 
 def _run(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
@@ -41,16 +44,30 @@ def _run(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, target
             kw["alpha"] = alpha_scale * kw["eps"] / kw["steps"]
     if with_classes:
         kw["n_classes"] = num_classes(model, inputs)
-    attack = attack_cls(model, **kw)
+    attack = attack_cls(model, **bridge_keywords(attack_cls, kw, what=f"torchattacks {attack_cls.__name__}",
+                                                 renames=RENAMES))
     y = labels
     if targeted:
-        if target_by_map:
-            attack.set_mode_targeted_by_function(lambda _inputs, _labels: targets, quiet=True)
-        else:
-            attack.set_mode_targeted_by_label(quiet=True)
-            y = targets
+        _set_targeted(attack, targets if target_by_map else None)
+        y = labels if target_by_map else targets
     adv = attack(inputs, y)
     return adv.detach().to(device=inputs.device, dtype=inputs.dtype)
+
+
+def _set_targeted(attack, targets: Tensor | None) -> None:
+    """Targeted mode on this release: ``targets`` through a target map, or (None) the labels
+    argument read as the targets. ``set_mode_targeted_by_label`` arrived in 3.3; before it,
+    ``set_mode_targeted_by_function`` with the identity map meant the same. ``quiet`` arrived in
+    3.3 as well (the older setters print a line)."""
+    supported = getattr(attack, "supported_mode", getattr(attack, "_supported_mode", ["targeted"]))
+    if "targeted" not in supported:
+        raise Unsupported(f"torchattacks {type(attack).__name__} of this release has no targeted mode")
+    if targets is not None:
+        call_accepting(attack.set_mode_targeted_by_function, lambda _inputs, _labels: targets, quiet=True)
+    elif hasattr(attack, "set_mode_targeted_by_label"):
+        call_accepting(attack.set_mode_targeted_by_label, quiet=True)
+    else:
+        call_accepting(attack.set_mode_targeted_by_function, lambda _inputs, labels: labels, quiet=True)
 
 
 def specs() -> list[AttackSpec]:
@@ -61,12 +78,9 @@ def specs() -> list[AttackSpec]:
     def add(cls, family: str, spec_norm: str, kind: str, steps_param: str = "steps",
             targeted_support: bool = True, variant: str = "", note: str = "",
             run_kw: dict[str, Any] | None = None, **params: Any) -> None:
-        # feature detection, not version checks: a release without the class, or whose class
-        # lacks one of the hyperparameters, simply does not have this spec
+        # feature detection, not version checks: a release without the class does not have this
+        # spec; one whose class takes other hyperparameters is bridged or ``unsupported`` when run
         if cls is None:
-            return
-        accepted = inspect.signature(cls).parameters
-        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()) and set(params) - set(accepted):
             return
         run_kw = run_kw or {}
         out.append(AttackSpec(

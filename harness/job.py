@@ -20,9 +20,11 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from attackaudit.adapters.release import Unsupported
+
 from .distance import lp_norm
 from .minimal import minimal_search
-from .schema import OUT_OF_BOX_ERROR, ROW_COLUMNS
+from .schema import OUT_OF_BOX_ERROR, ROW_COLUMNS, UNSUPPORTED
 from .tracker import BOX_TOLERANCE, QueryTracker
 from .zoo import PERM_SUFFIX, perm_twin_classes
 
@@ -139,6 +141,8 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
                                       clean_adversarial=tracker.clean_adversarial)
     except InvalidOutput as exc:
         return tracker, None, f"invalid: {exc}"
+    except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
+        return tracker, None, f"{UNSUPPORTED}: {exc}"
     except Exception as exc:
         return tracker, None, one_line(exc)
     return tracker, returned, ""
@@ -192,8 +196,8 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
         t = tgt[sl] if tgt is not None else None
         status = "ok"
         if error:
-            status = "invalid" if error.startswith("invalid: ") else "crash"
-            error = error.removeprefix("invalid: ")
+            status = next((k for k in ("invalid", UNSUPPORTED) if error.startswith(f"{k}: ")), "crash")
+            error = error.removeprefix(f"{status}: ")
         elif (problem := output_problem(returned, x)):
             status, error = "invalid", problem
         n = len(y)

@@ -9,6 +9,12 @@ ROW_COLUMNS = [
     "returned_adversarial", "status", "error", "wall_s",
 ]
 
+#: a row's ``status``: ``unsupported`` means attackaudit's adapter cannot call this release of the
+#: library the way the job needs (``adapters/release.py`` ``Unsupported``): our limitation, shown
+#: apart from the library's crashes and never counted as one, nor as the attack's disappearance
+STATUSES = ("ok", "crash", "timeout", "invalid", "unsupported")
+UNSUPPORTED = "unsupported"
+
 #: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
 #: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it
 OUT_OF_BOX_ERROR = "outside the [0, 1] box"

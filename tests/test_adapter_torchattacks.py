@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attackaudit.adapters.release import Unsupported
 from attackaudit.data import random_targets
 from attackaudit.tracker import QueryTracker
 
@@ -27,10 +28,12 @@ def test_fab_targeted_gets_true_labels_and_targets(model, data):
 
 @pytest.mark.parametrize("key", ["torchattacks/APGD:ce/linf", "torchattacks/DeepFool/l2"])
 def test_untargeted_only_specs_refuse_targets(key, model, data):
+    # the release has no targeted mode for them: the adapter says so before calling the library
     x, y = data
     tracker = QueryTracker(model, x, y, norm=SPECS[key].norm)
     kw = {"eps": 0.1} if SPECS[key].kind == "fixed" else {}
-    with pytest.raises(ValueError, match="Targeted mode is not supported"):
+    assert not SPECS[key].targeted_support
+    with pytest.raises(Unsupported, match="has no targeted mode"):
         SPECS[key].run(tracker, x, y, targeted=True, targets=(y + 1) % 10, **kw)
 
 
