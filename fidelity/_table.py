@@ -10,8 +10,11 @@ Conventions shared by the whole package (fidelity/README.md explains why):
 - its distance on a sample is the tracker's ``best_distance`` whatever the row's ``status`` (what
   the tracker saw before a crash was re-checked on the model and stayed within the budget); NaN
   counts as ``inf`` (nothing found);
-- a model named ``<base>~<kind>`` (``~shift``, ``~perm``) is a metamorphic twin: it is its own model for
-  envelopes and local optimality, and left out of every cross-model aggregate.
+- a model named ``<base>~<kind>`` (``~shift``, ``~perm``, ``~seed``, ``~split``) is a metamorphic twin:
+  it is its own model for envelopes and local optimality, and left out of every cross-model
+  aggregate;
+- rows of status ``unsupported`` (the adapter could not call that release the way the job needs:
+  our limitation, not the library's) are absent: never a crash, never a failure.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ import pandas as pd
 
 #: separator of a metamorphic twin's name, ``digits-mlp~shift``
 TWIN_SEP = "~"
+#: row status of a job the adapter could not run (treated as absent everywhere)
+UNSUPPORTED = "unsupported"
 SHIFT_SUFFIX = "~shift"
 #: one implementation of one release
 IMPL_KEY = ["implementation", "library_version"]
@@ -39,7 +44,7 @@ _DEFAULTS: dict[str, object] = {
 def prepare(table: pd.DataFrame) -> pd.DataFrame:
     """A cleaned copy of ``table``: missing optional columns filled, distances float with NaN as
     inf, one row per (model, norm, implementation, library_version, sample) (the last one wins, as
-    a rerun's rows come after the original's).
+    a rerun's rows come after the original's), rows of status ``unsupported`` dropped.
 
     Raises ValueError when a required column is missing or when targeted and untargeted rows are
     mixed (their envelopes measure different things).
@@ -48,6 +53,8 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"result table lacks column(s) {', '.join(missing)}")
     t = table.copy()
+    if "status" in t.columns:
+        t = t[t["status"].astype(str) != UNSUPPORTED]
     for col, default in _DEFAULTS.items():
         if col not in t.columns:
             t[col] = default

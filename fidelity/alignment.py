@@ -1,68 +1,86 @@
-"""Cross-library alignment: per family and norm, every implementation side by side, and a paired
-per-sample test between every two of them so a reader knows whether a gap is real."""
+"""Cross-library alignment: per family and norm, every implementation side by side, and an
+image-by-image comparison of every two of them (``equivalence.compare``: different, equivalent or
+inconclusive) so a reader knows whether a gap is real."""
 from __future__ import annotations
 
-import itertools
 from itertools import combinations
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from ._table import IMPL_KEY, group_rows, impl_meta, long_distances, prepare, without_twins
+from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
+from .equivalence import ImageBlocks, answer, compare, images_to_decide
 from .optimality import optimality
-from .stats import ALPHA, PAIR_FIELDS, holm, paired_comparison
+from .stats import ALPHA, holm
 from .summary import across_models, model_stats
 
-#: ``model`` value of a pair row pooled over all models both implementations ran on
+#: ``model`` value of a pair row pooled over all models both implementations ran on (per image)
 POOLED = "*"
 
 SIDE_COLUMNS = ["family", "norm", "implementation", "library", "library_version", "attack", "n_models",
                 "optimality", "optimality_min", "optimality_attackbench", "asr_at_ref", "ref_eps",
                 "median_distance", "forwards", "backwards", "refused", "wall_s"]
+#: ``n_samples`` is the number of images compared (an image on several models is one)
 PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_a", "implementation_b",
-                "library_version_b", "optimality_a", "optimality_b", *PAIR_FIELDS, "p_adjusted", "better"]
+                "library_version_b", "optimality_a", "optimality_b", "n_samples", "wins_a", "wins_b", "ties",
+                "estimate", "effect_size", "p_value", "p_different", "p_equivalent", "median_difference",
+                "p_adjusted", "p_equivalent_adjusted", "answer", "better", "images_to_decide"]
+
+
+def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: float | None) -> dict:
+    """One pair on the given model indices: ``compare`` fields, mean local ξ, median a − b."""
+    if len(models) == 1:
+        x = blocks.image_values(i, j, model=models[0])
+    else:
+        x = blocks.image_values(i, j)
+    res = compare(x[np.isfinite(x)])
+    xi = [[optimality(blocks.dist[m, k], blocks.d_star[m], eps_max) for m in models] for k in (i, j)]
+    a, b = blocks.dist[models][:, i], blocks.dist[models][:, j]
+    both = np.isfinite(a) & np.isfinite(b) & (blocks.d_star[models] > 0)
+    return res | {"n_samples": res.pop("n_images"), "optimality_a": float(np.mean(xi[0])),
+                  "optimality_b": float(np.mean(xi[1])),
+                  "median_difference": float(np.median((a - b)[both])) if both.any() else 0.0, "_x": x}
 
 
 def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: pd.DataFrame | None = None,
              eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
     """The second frame of ``align`` for a ``prepare``d table without twins (``long``: its
-    ``long_distances``, when already computed). ``p_adjusted`` is Holm's over the pairs of one
-    family, norm and model (or pooled row): the same rule as the trust sets and the flags."""
+    ``long_distances``, when already computed). ``p_adjusted`` (difference) and
+    ``p_equivalent_adjusted`` are Holm's over the pairs of one family, norm and model (or pooled
+    row); ``answer`` follows from them (``equivalence.answer``); ``better`` is the closer
+    implementation when the answer is "different" (the sign of ``estimate``, the one direction
+    rule); ``images_to_decide`` when inconclusive."""
     long = long_distances(t) if long is None else long
     if long.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     long = long.merge(impl_meta(t)[[*IMPL_KEY, "family"]], on=IMPL_KEY)
     rows = []
-    distance, d_star, alive = (long[c].to_numpy() for c in ("distance", "d_star", "live"))
-    by_job = group_rows(long, ["family", "norm", "model", *IMPL_KEY])
-    for (family, norm), jobs in itertools.groupby(by_job, key=lambda job: job[0][:2]):
-        # (model, impl key) -> (distances on samples not broken at ε = 0, local ξ)
-        arrays: dict[tuple, tuple[np.ndarray, float]] = {}
-        for (_, _, m, impl, version), at in jobs:
-            d, ref, live = distance[at], d_star[at], alive[at].astype(bool)
-            arrays[(m, (impl, version))] = (d[live], optimality(d, ref, (eps_max or {}).get(norm)))
-        impls = sorted({k for _, k in arrays})
-        models = sorted({m for m, _ in arrays})
-        for ka, kb in combinations(impls, 2):
-            shared = [m for m in models if (m, ka) in arrays and (m, kb) in arrays]
-            groups = [(m, [m]) for m in shared] + ([(POOLED, shared)] if pooled and len(shared) > 1 else [])
+    for (family, norm), part in long.groupby(["family", "norm"], sort=True):
+        keys = sorted(set(zip(part["implementation"], part["library_version"])))
+        blocks = ImageBlocks(part, keys)
+        for i, j in combinations(range(len(keys)), 2):
+            shared = [m for m in range(len(blocks.models)) if blocks.ran(i)[m] and blocks.ran(j)[m]]
+            groups = [(blocks.models[m], [m]) for m in shared]
+            groups += [(POOLED, shared)] if pooled and len(shared) > 1 else []
             for label, ms in groups:
-                res = paired_comparison(np.concatenate([arrays[(m, ka)][0] for m in ms]),
-                                        np.concatenate([arrays[(m, kb)][0] for m in ms]))
-                rows.append({"family": family, "norm": norm, "model": label,
-                             "implementation_a": ka[0], "library_version_a": ka[1],
-                             "implementation_b": kb[0], "library_version_b": kb[1],
-                             "optimality_a": float(np.mean([arrays[(m, ka)][1] for m in ms])),
-                             "optimality_b": float(np.mean([arrays[(m, kb)][1] for m in ms])),
-                             **res})
+                rows.append({"family": family, "norm": norm, "model": label, "implementation_a": keys[i][0],
+                             "library_version_a": keys[i][1], "implementation_b": keys[j][0],
+                             "library_version_b": keys[j][1],
+                             **_pair_row(blocks, i, j, ms, (eps_max or {}).get(norm))})
     if not rows:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     out = pd.DataFrame(rows)
-    out["p_adjusted"] = out.groupby(["family", "norm", "model"], sort=False)["p_value"].transform(
+    group = out.groupby(["family", "norm", "model"], sort=False)
+    out["p_adjusted"] = group["p_different"].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
+    out["p_equivalent_adjusted"] = group["p_equivalent"].transform(
         lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
-    signif = (out["p_adjusted"] < alpha) & (out["wins_a"] != out["wins_b"])
-    out["better"] = np.where(signif, np.where(out["effect_size"] > 0, out["implementation_a"], out["implementation_b"]), "")
+    out["answer"] = [answer(d, e, alpha) for d, e in zip(out["p_adjusted"], out["p_equivalent_adjusted"])]
+    out["better"] = np.where(out["answer"] == "different",
+                             np.where(out["estimate"] < 0, out["implementation_a"], out["implementation_b"]), "")
+    sizes = group["p_different"].transform("size").to_numpy()
+    out["images_to_decide"] = [images_to_decide(x[np.isfinite(x)], alpha / k) if a == "inconclusive" else np.nan
+                               for x, a, k in zip(out["_x"], out["answer"], sizes)]
     return out[PAIR_COLUMNS]
 
 
@@ -79,10 +97,10 @@ def align(table: pd.DataFrame, ref_eps: Mapping[str, float] | None = None, *,
 
     Second frame, one row per pair of implementations of a family and norm and per model they
     share (plus ``model == "*"``, pooled over the shared models, when ``pooled``):
-    ``PAIR_COLUMNS``, the fields of ``stats.paired_comparison`` on the samples not broken at ε = 0
-    (``wins_a``: samples where ``a`` found the smaller perturbation), ``p_adjusted`` (Holm over
-    the pairs of the family, norm and model) and ``better``, the implementation that wins with
-    ``p_adjusted < alpha`` (``stats.ALPHA``; "" otherwise).
+    ``PAIR_COLUMNS``: the fields of ``equivalence.compare`` on the images not broken at ε = 0
+    (``wins_a``: images where ``a`` found the smaller perturbation; pooled rows average each
+    image's log ratios over the models), ``p_adjusted`` (Holm over the pairs of the family, norm
+    and model), ``answer`` and ``better`` (see ``pairwise``).
     """
     t = without_twins(prepare(table))
     long = long_distances(t)

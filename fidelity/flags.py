@@ -2,8 +2,11 @@
 
 Definitions, thresholds and the measured noise behind them are in fidelity/README.md ("Flags").
 ``label_bug`` rests on label evidence only: the class-permutation twin ``M~perm`` changes the
-result, or the attack fails on every sample of one class while breaking the others. An attack
-that is merely weak is never a label bug (``recommend`` gives it a weakness note instead).
+result beyond the attack's own seed noise (``twins.py``), or the attack fails on every image of
+one class while breaking the others, beyond what those images' difficulty explains
+(``class_failure.py``). An attack that is merely weak is never a label bug (``recommend`` gives it
+a weakness note instead). Each statistical rule (those two, ``shift_sensitivity``,
+``optimality_gap``) is Benjamini–Hochberg adjusted over every job the report judges with it.
 """
 from __future__ import annotations
 
@@ -13,13 +16,14 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from scipy import stats as sps
-
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
-                     sample_list, twin_kind, without_twins)
+                     sample_list, without_twins)
 from ..schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
-from .stats import ALPHA, holm, significant
+from .class_failure import class_findings
+from .equivalence import DELTA, benjamini_hochberg
+from .stats import ALPHA
+from .twins import twin_findings
 from .strength import below_expected_strength
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
@@ -35,30 +39,13 @@ LAST_NOT_BEST_RTOL = 0.05
 LAST_NOT_BEST_MIN_FRACTION = 0.1
 #: silent failure judges an implementation on at least this many samples that others broke
 MIN_EVIDENCE_SAMPLES = 3
-#: class-conditional label bug: a class counts with at least this many samples (pooled over the
-#: real models) that other implementations broke; one sample of a class is no pattern
-CLASS_MIN_SAMPLES = 2
-#: ... and the failures on it must have stopped with budget left (median queries below this
-#: fraction of the budget): an attack that believes it is done stops early; a weak one runs out
-LABEL_BUG_BUDGET_FRACTION = 0.95
-#: perm twin: distances differ on a sample when success differs or they differ by more than this
-#: (relative). Permuting logits is exact in float arithmetic; sound attacks' noise is in README
-PERM_RTOL = 0.01
-#: ... and a label bug needs at least this fraction of the samples to differ (at least 2)
-PERM_MIN_FRACTION = 0.25
-#: twins disagree on a sample when success differs or distances differ by more than this
-SHIFT_RTOL = 0.05
-#: ... and the flag needs at least this fraction of the samples to disagree. Sound attacks still
-#: disagree on a few samples: the twins' float rounding differs, and where success is not
-#: monotone in ε the minimal-ε search's bisection takes another path (seen on 2-3 of 16 samples
-#: for FGM/PGD in the demo); real shift bugs disagree on most samples (torchattacks CW: 13 of 16).
-SHIFT_MIN_FRACTION = 0.25
-#: families whose objective is not invariant to a per-sample logit shift by construction (JSMA's
-#: saliency map uses each class output's own gradient), so the twin check says nothing about them
-SHIFT_VARIANT_FAMILIES = frozenset({"jsma"})
+#: the twin checks (``twins.py``: label_bug from ``~perm``, shift_sensitivity from ``~shift``,
+#: judged against the seed twin ``~seed`` or a null rate) and the class-conditional rule
+#: (``class_failure.py``) live in their own modules
 #: two seeded runs disagree on a sample beyond this relative difference (float noise is below)
 NONDETERMINISM_RTOL = 1e-4
-#: optimality gap: significantly worse than the best sibling AND at least this much lower ξ
+#: optimality gap: different from and worse than a sibling (beyond the margin δ, image by image),
+#: Bonferroni over the siblings, Benjamini–Hochberg over the report, AND at least this much lower ξ
 GAP_MIN_DELTA = 0.05
 #: families that legitimately run without backward passes (no-backward is not a failure there)
 GRADIENT_FREE_FAMILIES = frozenset({"boundary", "hsja", "square", "simba", "sparse_rs", "spatial",
@@ -182,50 +169,6 @@ def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _class_conditional(rows: pd.DataFrame) -> list[dict]:
-    """Label bug from the class pattern, pooled over the real models (a label convention does not
-    depend on the model): on the samples other implementations broke, the attack breaks none of
-    one class's ≥ ``CLASS_MIN_SAMPLES`` samples, gives up on them with budget left, and breaks
-    the other classes' so much more often that the failures' falling on that class by chance has
-    a Holm-adjusted hypergeometric p below ``ALPHA`` (over the classes it could be tested on)."""
-    if "label" not in rows.columns:
-        return []
-    target = rows[~rows["model"].map(is_twin) & rows["live"] & np.isfinite(rows["d_star"])
-                  & (rows["status"] == "ok")]
-    out = []
-    for (norm, impl, version), g in target.groupby(["norm", *IMPL_KEY], sort=True):
-        broke = np.isfinite(g["best_distance"].to_numpy())
-        n, fails = len(g), int((~broke).sum())
-        if fails == 0 or fails == n:
-            continue  # it must break other classes: failing everywhere is weakness, not a class
-        labels = g["label"].to_numpy()
-        classes, sizes = np.unique(labels, return_counts=True)
-        tested = classes[sizes >= CLASS_MIN_SAMPLES]
-        if tested.size == 0:
-            continue
-        failed_in = np.array([int((~broke[labels == c]).sum()) for c in tested])
-        size_of = np.array([int((labels == c).sum()) for c in tested])
-        # P(at least this many of the class's samples among the failures) if failures ignored class
-        p = sps.hypergeom.sf(failed_in - 1, n, fails, size_of)
-        p_adj = holm(p)
-        budget = float(g["budget"].max())
-        for c, k, size, pa in zip(tested, failed_in, size_of, p_adj):
-            if k < size or not pa < ALPHA:
-                continue
-            dead = g[labels == c]
-            used = float(np.median(dead["forwards"] + dead["backwards"]))
-            if budget > 0 and used >= LABEL_BUG_BUDGET_FRACTION * budget:
-                continue  # it ran out of queries there: weak on that class, not confused about it
-            others = broke[labels != c]
-            out.append({"model": "*", "norm": norm, "implementation": impl, "library_version": version,
-                        "flag": "label_bug", "evidence": (
-                            f"class-conditional failure: broke none of the {size} samples of class {c} that other "
-                            f"implementations broke (over {g['model'].nunique()} models; it stopped with budget left, "
-                            f"median {used:.0f} queries) but {int(others.sum())} of {others.size} samples of the "
-                            f"other classes; hypergeometric p = {pa:.2g} (Holm over {tested.size} classes)")})
-    return out
-
-
 def _disagree(a: pd.Series, b: pd.Series, rtol: float) -> pd.Series:
     fa, fb = np.isfinite(a), np.isfinite(b)
     both = fa & fb
@@ -253,79 +196,47 @@ def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
     return out
 
 
-#: per twin kind (``M~<kind>``): the flag a disagreement raises, its thresholds, the families
-#: the check says nothing about, and what the twin is, for the evidence
-TWIN_CHECKS: dict[str, tuple[str, float, float, frozenset, str]] = {
-    "shift": ("shift_sensitivity", SHIFT_RTOL, SHIFT_MIN_FRACTION, SHIFT_VARIANT_FAMILIES,
-              "same decisions, logits shifted per sample"),
-    "perm": ("label_bug", PERM_RTOL, PERM_MIN_FRACTION, frozenset(),
-             "same network with its classes renamed, labels and targets mapped alike: the result depends on "
-             "class indices, i.e. on how the attack handles labels"),
-}
-
-
-def _twins(t: pd.DataFrame) -> list[dict]:
-    """Metamorphic checks: per twin ``M~<kind>`` of ``TWIN_CHECKS``, an implementation whose best
-    distances on the twin differ from those on ``M`` on too many samples."""
-    twins = t[t["model"].map(is_twin)]
-    if twins.empty:
-        return []
-    cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
-    twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
-    base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
-    pairs = twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-1]],
-                                                                    suffixes=("_twin", ""))
-    out = []
-    for (b, twin, kind, norm, impl, version), g in pairs.groupby(["base", "model", "kind", "norm", *IMPL_KEY],
-                                                                 sort=True):
-        if kind not in TWIN_CHECKS:
-            continue
-        flag, rtol, min_fraction, exempt, what = TWIN_CHECKS[kind]
-        if str(g["family"].iloc[0]) in exempt:
-            continue
-        bad = g[_disagree(g["best_distance"], g["best_distance_twin"], rtol)]
-        need = max(2 if kind == "perm" else 1, math.ceil(min_fraction * len(g)))
-        if len(bad) >= need:
-            broke = (int(np.isfinite(g["best_distance"]).sum()), int(np.isfinite(g["best_distance_twin"]).sum()))
-            out.append({"model": b, "norm": norm, "implementation": impl, "library_version": version,
-                        "flag": flag, "evidence": (
-                            f"best distances differ beyond {rtol:.0%} on {len(bad)} of {len(g)} samples "
-                            f"between {b} and its twin {twin} ({what}); broken {broke[0]} vs {broke[1]}: "
-                            f"{_examples(bad, 'best_distance', 'best_distance_twin')}")})
-    return out
-
-
 def _optimality_gap(t: pd.DataFrame) -> list[dict]:
     """``t``: a prepared table without twins. Per model, family and norm, every implementation
-    against the one with the best ξ: ``stats.significant`` (Holm over those comparisons, ``ALPHA``)
-    and at least ``GAP_MIN_DELTA`` lower ξ."""
+    against every sibling (no best is picked first): its p-value is the smallest difference-test
+    p (``equivalence.compare``: beyond δ, image by image) against a sibling that is closer and has
+    at least ``GAP_MIN_DELTA`` higher ξ, times the number of siblings (Bonferroni); the rule's
+    p-values are Benjamini–Hochberg adjusted over the whole report, and q < ``ALPHA`` flags."""
     pairs = pairwise(t, pooled=False)
     if pairs.empty:
         return []
-    out = []
+    cand = []
     for (model, norm, family), g in pairs.groupby(["model", "norm", "family"], sort=True):
         if not family:
             continue
-        opt = {**dict(zip(zip(g["implementation_a"], g["library_version_a"]), g["optimality_a"])),
-               **dict(zip(zip(g["implementation_b"], g["library_version_b"]), g["optimality_b"]))}
-        best = sorted(opt, key=lambda k: (-np.nan_to_num(opt[k], nan=-1.0), k))[0]
-        ka = list(zip(g["implementation_a"], g["library_version_a"]))
-        kb = list(zip(g["implementation_b"], g["library_version_b"]))
-        mine = g[[best in (a, b) for a, b in zip(ka, kb)]]
-        p_adj = holm(mine["p_value"].to_numpy())
-        for r, pa in zip(mine.itertuples(index=False), p_adj):
+        impls = set(zip(g["implementation_a"], g["library_version_a"])) | set(zip(g["implementation_b"],
+                                                                                g["library_version_b"]))
+        best: dict[tuple, tuple] = {}
+        for r in g.itertuples(index=False):
             a, b = (r.implementation_a, r.library_version_a), (r.implementation_b, r.library_version_b)
-            worse = b if best == a else a
-            wins_best, wins_worse = (r.wins_a, r.wins_b) if best == a else (r.wins_b, r.wins_a)
-            median = r.median_difference if best == b else -r.median_difference
-            delta = opt[best] - opt[worse]
-            if significant(pa, wins_best, wins_worse) and np.isfinite(delta) and delta >= GAP_MIN_DELTA:
-                out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
-                            "flag": "optimality_gap", "evidence": (
-                                f"optimality {opt[worse]:.3f} vs {opt[best]:.3f} for {best[0]} {best[1]}".rstrip()
-                                + f"; Wilcoxon p = {r.p_value:.2g} (Holm-adjusted {pa:.2g} over {len(mine)} "
-                                  f"comparisons) over {r.n_samples} samples, smaller perturbation on {wins_worse} vs "
-                                  f"{wins_best}; median excess {median:.4g} where both succeed")})
+            worse, better, xi_w, xi_b = (b, a, r.optimality_b, r.optimality_a) if r.estimate < 0 else \
+                (a, b, r.optimality_a, r.optimality_b)
+            if r.estimate == 0 or not (np.isfinite(xi_b - xi_w) and xi_b - xi_w >= GAP_MIN_DELTA):
+                continue
+            p = min(1.0, r.p_different * (len(impls) - 1))
+            if worse not in best or p < best[worse][0]:
+                best[worse] = (p, better, xi_w, xi_b, r)
+        cand += [(model, norm, w, *v) for w, v in best.items()]
+    if not cand:
+        return []
+    q = benjamini_hochberg([c[3] for c in cand])
+    out = []
+    for (model, norm, worse, p, better, xi_w, xi_b, r), qv in zip(cand, q):
+        if not qv < ALPHA:
+            continue
+        wins_w, wins_b = (r.wins_a, r.wins_b) if worse[0] == r.implementation_a else (r.wins_b, r.wins_a)
+        out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
+                    "flag": "optimality_gap", "evidence": (
+                        f"optimality {xi_w:.3f} vs {xi_b:.3f} for {better[0]} {better[1]}".rstrip()
+                        + f"; per image {np.expm1(abs(r.estimate)):.0%} farther (Hodges–Lehmann), beyond the "
+                          f"±{np.expm1(DELTA):.0%} margin with p = {r.p_different:.2g} (×{len(impls) - 1} siblings: "
+                          f"{p:.2g}; BH q = {qv:.2g} over the report) on {r.n_samples} images, smaller perturbation "
+                          f"on {wins_w} vs {wins_b}")})
     return out
 
 
@@ -356,7 +267,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     t = prepare(table)
     rows = _with_envelope(t)
     real = without_twins(t)
-    found = (_per_job(rows) + _twins(t) + _class_conditional(rows) + _optimality_gap(real)
+    found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
              + below_expected_strength(real, eps_max))
     if other is not None:
         found += _nondeterminism(t, other)

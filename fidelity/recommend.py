@@ -2,21 +2,25 @@
 
 The rule (fidelity/README.md, "Trust sets"):
 
-1. Candidates are the implementations without any flag (``flags``; ``below_expected_strength``
-   included, so an implementation of a strong family far from its norm's envelope is never
-   trusted). The top pick is the candidate with the highest global ξ (within ``TIE_TOLERANCE``
-   the cheaper one).
-2. Every other candidate is compared with the top pick sample by sample (Wilcoxon signed-rank on
-   the live samples of all models both ran on, ``stats.paired_comparison``), Holm-adjusted over
-   those comparisons; it joins the ``trust_set`` unless it is significantly worse
-   (``stats.significant``). One member: "clear"; more: "tied".
-3. ``optimality_ci``: a 95% percentile bootstrap interval of each member's global ξ, resampling
-   samples within each model (the same resamples for every implementation, so the envelope and
-   ε₀ move with them). ``top_share``: how often the top pick has the highest ξ in a resample;
-   ``top_in_set``: how often it is still in the resample's trust set (the same rule, with the
-   normal-approximation Wilcoxon of ``stats.wilcoxon_batch``).
-4. ``samples_to_separate``: for a tie, the samples per model a test would need to tell the top
-   pick from its closest rival if the observed effect were real (``stats.samples_to_separate``).
+1. Candidates are the implementations without a defect flag (every flag but the weakness flags
+   ``WEAKNESS_FLAGS``; ``below_expected_strength`` included, so an implementation of a strong
+   family far from its norm's envelope is never trusted).
+2. Every two candidates are compared image by image (``equivalence.compare`` on per-image log
+   ratios, one image on all models one block). A candidate is excluded when some other candidate
+   is *different* from it, better, with the difference test Holm-adjusted over all those pairs:
+   no pick is made before testing, so the comparison with the best needs no selection
+   correction. The top pick is the remaining candidate with the highest global ξ (within
+   ``TIE_TOLERANCE`` the cheaper one).
+3. The other members are compared with the top pick for equivalence (TOST within ``DELTA``,
+   Holm over them). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
+   top pick), "inconclusive" (a member neither different nor equivalent: ``images_to_decide``
+   says how many images would decide), "only implementation" (one candidate), "none" (no
+   candidate).
+4. ``optimality_ci``: a 95% percentile bootstrap interval of each member's global ξ, resampling
+   images (an image's rows on every model together; the envelope and ε₀ move with them).
+   ``top_share``: how often the resample's own top pick (the same rule) is the top pick;
+   ``top_in_set``: how often the top pick is not excluded in the resample (normal-approximation
+   signed-rank tests, ``equivalence.signed_rank_z``).
 """
 from __future__ import annotations
 
@@ -24,18 +28,20 @@ from typing import Mapping
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
+from .equivalence import DELTA, ImageBlocks, answer, compare, images_to_decide, signed_rank_z
 from .flags import flagged
 from .leaderboard import leaderboard
-from .stats import (ALPHA, holm, paired_comparison, samples_to_separate, significant, tie_aware_diff,
-                    wilcoxon_batch)
+from .stats import ALPHA, holm
 from .strength import expectations, expected, is_strong, strength_findings
 
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
                      "optimality_ci", "queries", "wall_s", "trusted", "trust_set", "top_share", "top_in_set",
-                     "samples_to_separate", "samples_per_model", "expected_optimality", "best_in_norm",
-                     "candidates", "flagged", "runner_up", "note", "weak", "summary"]
+                     "samples_to_separate", "images_to_decide", "samples_per_model", "expected_optimality",
+                     "best_in_norm", "candidates", "flagged", "runner_up", "note", "weak", "summary"]
+VERDICTS = ("clear", "tied", "inconclusive", "only implementation", "none")
 #: optimality values closer than this count as tied when choosing the top pick; cost breaks the tie
 TIE_TOLERANCE = 1e-3
 #: bootstrap resamples (vectorised; a few hundred give the 2.5/97.5 percentiles to about ±0.01)
@@ -44,49 +50,12 @@ BOOTSTRAP_SEED = 0
 #: an implementation with global ξ below this fraction of the best attack of its norm gets a
 #: weakness note (weak here, correct as far as the label evidence goes)
 WEAK_FRACTION = 0.5
-#: flags that say "weaker", not "wrong": an implementation carrying only these gets a weakness note
+#: flags that say "weaker", not "wrong": they never remove a candidate (the tests decide) and an
+#: implementation carrying only these gets a weakness note
 WEAKNESS_FLAGS = frozenset({"optimality_gap"})
 
 
 # ------------------------------------------------------------------------------------ arrays
-class _Family:
-    """Per-sample distances of one family and norm: per model, a (k, n_m) matrix (NaN where an
-    implementation did not run there) and the envelope d* (n_m,)."""
-
-    def __init__(self, long: pd.DataFrame, keys: list[tuple[str, str]]):
-        self.keys = keys
-        self.models: list[str] = []
-        self.dist: list[np.ndarray] = []
-        self.d_star: list[np.ndarray] = []
-        index = pd.MultiIndex.from_tuples(keys).get_indexer(pd.MultiIndex.from_frame(long[IMPL_KEY]))
-        models = long["model"].to_numpy()
-        samples, dist, ref = long["sample"].to_numpy(), long["distance"].to_numpy(float), long["d_star"].to_numpy(float)
-        for model in sorted(set(models)):
-            at = (models == model) & (index >= 0)
-            if not at.any():
-                continue  # none of this family's implementations ran on that model
-            uniq, col = np.unique(samples[at], return_inverse=True)
-            mat = np.full((len(keys), len(uniq)), np.nan)
-            mat[index[at], col] = dist[at]
-            d_star = np.full(len(uniq), np.inf)
-            d_star[col] = ref[at]
-            self.models.append(str(model))
-            self.dist.append(mat)
-            self.d_star.append(d_star)
-
-    def pooled(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """Live distances of implementations i and j on the models both ran on, concatenated."""
-        a, b = [], []
-        for mat, ref in zip(self.dist, self.d_star):
-            if np.isnan(mat[i]).all() or np.isnan(mat[j]).all():
-                continue
-            live = ref > 0
-            a.append(mat[i, live])
-            b.append(mat[j, live])
-        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
-        return cat(a), cat(b)
-
-
 def _xi(dist: np.ndarray, ref: np.ndarray, eps_max: float | None) -> np.ndarray:
     """ξ of (..., k, n) distances against (..., n) references, vectorised over leading axes:
     Σ(ε₀ − d)₊ / Σ(ε₀ − d*)₊ over samples with d* > 0, ε₀ = ``eps_max`` or the largest finite d*.
@@ -103,122 +72,136 @@ def _xi(dist: np.ndarray, ref: np.ndarray, eps_max: float | None) -> np.ndarray:
         return np.where(gain_ref[..., None] > 0, np.clip(gain / gain_ref[..., None], 0.0, 1.0), np.nan)
 
 
-def _bootstrap(fam: _Family, eps_max: float | None, n_boot: int, seed: int) -> tuple[np.ndarray, list]:
-    """(global ξ per resample (B, k), per model the resampled (B, n_m) index arrays)."""
+def _bootstrap(blocks: ImageBlocks, eps_max: float | None, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(global ξ per resample (B, k), the (B, n) image indices): each resample draws images with
+    replacement, every model's rows of a drawn image together."""
     rng = np.random.default_rng(seed)
-    per_model, idx_all = [], []
-    for mat, ref in zip(fam.dist, fam.d_star):
-        idx = rng.integers(0, ref.size, size=(n_boot, ref.size))
-        idx_all.append(idx)
-        d = mat[:, idx].transpose(1, 0, 2)            # (B, k, n)
-        per_model.append(_xi(d, ref[idx], eps_max))   # (B, k)
-    stack = np.stack(per_model)                        # (M, B, k)
-    with np.errstate(invalid="ignore"):
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no model measured it
-            return np.nanmean(stack, axis=0), idx_all
+    n = len(blocks.images)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    d = blocks.dist[:, :, idx].transpose(0, 2, 1, 3)          # (M, B, k, n)
+    per_model = _xi(d, blocks.d_star[:, idx], eps_max)         # (M, B, k)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)       # all-NaN: no model measured it
+        return np.nanmean(per_model, axis=0), idx
 
 
-def _resampled_tests(fam: _Family, idx_all: list, cands: list[int]) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
-    """Per pair (i, j) of candidates: (p-values (B,), effects (B,), + = i smaller) on the resamples."""
-    out = {}
-    for x, i in enumerate(cands):
-        for j in cands[x + 1:]:
-            parts = []
-            for mat, ref, idx in zip(fam.dist, fam.d_star, idx_all):
-                if np.isnan(mat[i]).all() or np.isnan(mat[j]).all():
-                    continue
-                live = (ref > 0)[idx]
-                diff = tie_aware_diff(mat[i][idx], mat[j][idx])
-                parts.append(np.where(live, diff, 0.0))
-            if parts:
-                out[(i, j)] = wilcoxon_batch(np.concatenate(parts, axis=1))
+def _pick(xi: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+    """Index (into the candidate order) of the top pick per row of (B, c) ξ and exclusions: the
+    highest ξ tier (``TIE_TOLERANCE``) among the not excluded, first in the cost order."""
+    tier = np.where(excluded, -np.inf, np.round(np.nan_to_num(xi, nan=-1.0) / TIE_TOLERANCE))
+    return np.argmax(tier == tier.max(axis=1, keepdims=True), axis=1)
+
+
+def _excluded(p_diff: np.ndarray, better: np.ndarray, pairs: list[tuple[int, int]], c: int,
+              alpha: float) -> np.ndarray:
+    """(B, c) exclusions from (B, P) raw difference p-values of the candidate ``pairs`` and
+    (B, P) ``better`` (True: the pair's first member better): Holm over the P pairs per row."""
+    b = p_diff.shape[0]
+    out = np.zeros((b, c), dtype=bool)
+    if not pairs:
+        return out
+    adj = np.vstack([holm(row) for row in p_diff])
+    for q, (i, j) in enumerate(pairs):
+        sig = adj[:, q] < alpha
+        out[:, j] |= sig & better[:, q]
+        out[:, i] |= sig & ~better[:, q]
     return out
 
 
-def _stability(xi_boot: np.ndarray, tests: dict, cands: list[int], top: int) -> tuple[float, float]:
-    """(share of resamples whose best candidate is ``top``, share whose trust set contains it)."""
-    if len(cands) == 1:
-        return 1.0, 1.0
-    sub = np.nan_to_num(xi_boot[:, cands], nan=-1.0)
-    best = np.asarray(cands)[np.argmax(sub, axis=1)]
-    in_set = np.zeros(len(best), dtype=bool)
-    for b, bb in enumerate(best):
-        if bb == top:
-            in_set[b] = True
-            continue
-        others = [c for c in cands if c != bb]
-        p, worse = [], []
-        for c in others:
-            pv, eff = tests[(bb, c)] if (bb, c) in tests else tests[(c, bb)]
-            e = eff[b] if (bb, c) in tests else -eff[b]   # + = bb smaller (better)
-            p.append(pv[b])
-            worse.append(e > 0)
-        p_adj = holm(np.asarray(p))
-        k = others.index(top)
-        in_set[b] = not (p_adj[k] < ALPHA and worse[k])
-    return float(np.mean(best == top)), float(np.mean(in_set))
+def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list[tuple[int, int]], c: int,
+                          alpha: float) -> np.ndarray:
+    """(B, c) exclusions in each bootstrap resample: per pair, the difference test on the
+    resampled images where the two differ, in the direction of the larger z (normal
+    approximation)."""
+    if not pairs:
+        return np.zeros((idx.shape[0], c), dtype=bool)
+    p_all, better_all = [], []
+    for x in values:
+        r = x[idx]                                             # (B, n), NaN: no comparison
+        untied = np.isfinite(r) & (r != 0)
+        z_first = signed_rank_z(np.where(untied, -r - DELTA, 0.0))   # first member smaller beyond δ
+        z_second = signed_rank_z(np.where(untied, r - DELTA, 0.0))
+        better_all.append(z_first >= z_second)
+        p_all.append(np.minimum(1.0, 2 * sps.norm.sf(np.maximum(z_first, z_second))))
+    return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
 
 # ------------------------------------------------------------------------------------ words
-def _ci_text(ci: tuple[float, float]) -> str:
+def _ci_text(ci: tuple[float, float] | list[float]) -> str:
     lo, hi = ci
     return "n/a" if not (np.isfinite(lo) and np.isfinite(hi)) else f"{lo:.3f}–{hi:.3f}"
 
 
-def _summary(family: str, norm: str, verdict: str, members: list[dict], top_share: float, top_in_set: float,
-             separate: float, per_model: int, n_models: int, note: str, n_candidates: int = 1) -> str:
-    if verdict == "untrusted":
-        return note
+def _pct(ratio: float) -> str:
+    """A per-image log ratio as a relative size: +0.105 → "11% farther"."""
+    return f"{abs(np.expm1(ratio)):.0%} {'farther' if ratio > 0 else 'closer'}"
+
+
+def what_happened(blocks: ImageBlocks, i: int, eps_max: float | None) -> str:
+    """Why implementation i has ξ = 0, from its rows: it broke no image, or every image it broke
+    lies beyond ε₀ (where ξ gives no credit)."""
+    live = blocks.d_star > 0
+    d = blocks.dist[:, i]
+    ran = ~np.isnan(d).all(axis=1)
+    need = int((live & ran[:, None]).sum())
+    broke = int((np.isfinite(d) & live & ran[:, None]).sum())
+    if broke == 0:
+        return f"it broke none of the {need} (model, image) cases that needed an attack"
+    return (f"it broke {broke} of {need} (model, image) cases, every one beyond ε₀ (the largest distance of the "
+            f"envelope{'' if eps_max is None else ' or the given ε_max'}), where ξ gives no credit")
+
+
+def _tie_text(top: str, m: dict) -> str:
+    if m["answer"] == "equivalent":
+        return (f"{m['implementation']} is equivalent to {top} (per-image difference inside ±{np.expm1(DELTA):.0%}, "
+                f"TOST Holm-adjusted p = {m['p_equivalent']:.2g})")
+    need = m["images_to_decide"]
+    rerun = f"rerun with --samples {int(need)}" if np.isfinite(need) else "no number of images would decide it"
+    return (f"{m['implementation']} vs {top}: inconclusive (median per-image difference {_pct(m['estimate'])}; "
+            f"neither shown different nor equivalent within ±{np.expm1(DELTA):.0%}): {rerun}")
+
+
+def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: float, n_cands: int,
+             n_impls: int, norm_best: str, far_below: bool) -> str:
     names = ", ".join(m["implementation"] for m in members)
+    top = members[0]
+    head = f"{top['implementation']} (ξ {top['optimality']:.3f}, 95% CI {_ci_text(top['optimality_ci'])})"
+    if verdict == "only implementation":
+        what = "the only implementation" if n_impls == 1 else "the only unflagged implementation"
+        text = f"only implementation: {head} is {what} of this family and norm"
+        if far_below:
+            text += f"; it is far below the best attack of its norm here, {norm_best}"
+        return text + (f". {top['why_zero']}" if top.get("why_zero") else "")
+    stable = (f"{top['implementation']} is the top pick in {top_share:.0%} of image resamples and stays in the set "
+              f"in {top_in_set:.0%}")
     if verdict == "clear":
-        m = members[0]
-        why = ("the only unflagged implementation" if n_candidates == 1 else
-               "every other unflagged implementation is significantly worse")
-        return (f"clear: {names} (ξ {m['optimality']:.3f}, 95% CI {_ci_text(m['optimality_ci'])}); {why}; "
-                f"it has the best ξ in {top_share:.0%} of resamples")
-    top = members[0]["implementation"]
-    relations, undecided = [], []
-    for m in members[1:]:
-        p = m.get("p_adjusted")
-        if p is not None and np.isfinite(p) and p < ALPHA:
-            # in the set because it is not worse: it is closer on more samples, yet its ξ is lower
-            relations.append(f"{m['implementation']} is closer on more samples ({m['wins_member']} against "
-                             f"{m['wins_top']}, Holm-adjusted p = {p:.2g}) but has the lower ξ: neither dominates")
-        else:
-            undecided.append(m["implementation"])
-    if undecided:
-        relations.insert(0, f"{', '.join(undecided)}: no significant difference from {top} "
-                            f"(Holm-adjusted p ≥ {ALPHA})")
-    text = f"tied: {names}; use any of them. {'; '.join(relations)}. {top} has the best ξ in {top_share:.0%} of " \
-           f"resamples and stays in the set in {top_in_set:.0%}"
-    if members[1]["implementation"] in undecided:
-        if np.isfinite(separate):
-            need = int(np.ceil(separate / max(n_models, 1)))
-            text += (f"; about {need} samples per model (now {per_model}) would separate {top} from "
-                     f"{members[1]['implementation']} if their observed difference is real")
-        else:
-            text += (f"; no number of samples would separate {top} from {members[1]['implementation']}: they do "
-                     "not differ systematically")
-    return text
+        return (f"clear: {head}; every other unflagged implementation is different from it and worse "
+                f"(beyond ±{np.expm1(DELTA):.0%} per image, Holm-adjusted); {stable}")
+    rel = "; ".join(_tie_text(top["implementation"], m) for m in members[1:])
+    if verdict == "tied":
+        return f"tied: {names}; use any of them. {rel}. {stable}"
+    need = max(m["images_to_decide"] for m in members[1:])
+    rerun = f"rerun with --samples {int(need)}" if np.isfinite(need) else "more images would not decide it"
+    return f"inconclusive: {names}; {rerun}. {rel}. {stable}"
 
 
 # ------------------------------------------------------------------------------------ main
 def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
               eps_max: Mapping[str, float] | None = None, n_boot: int = N_BOOTSTRAP,
-              seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None) -> pd.DataFrame:
+              seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None, alpha: float = ALPHA) -> pd.DataFrame:
     """Per (family, norm): the trust set. ``RECOMMEND_COLUMNS``, one row per family and norm.
 
-    ``verdict`` is "clear" (one member), "tied" (several) or "untrusted" (no unflagged
-    implementation; ``note`` says why and, for a strong family whose implementations all fall
-    below their expected strength, names the best attack of the norm instead). ``trust_set`` is a
-    list of ``{implementation, library_version, optimality, optimality_ci: [lo, hi], p_adjusted,
-    wins_top, wins_member, samples_to_separate}`` (top pick first); ``optimality_ci`` of the row
-    is the top pick's. ``weak`` lists weakness notes (weak here, no label evidence). ``board``:
+    ``verdict`` is one of ``VERDICTS``; "none" has no trusted implementation (``note`` says why
+    and, for a strong family whose implementations all fall below their expected strength, names
+    the best attack of the norm instead). ``trust_set`` is a list of ``{implementation,
+    library_version, optimality, optimality_ci: [lo, hi], answer, estimate, p_different,
+    p_equivalent, images_to_decide, p_adjusted, wins_top, wins_member, samples_to_separate}``
+    (top pick first; ``answer`` against the top pick: "equivalent" or "inconclusive"; the last
+    four repeat the equivalence p, the images where the top pick / the member is closer, and
+    ``images_to_decide`` under their older names). ``weak`` lists weakness notes. ``board``:
     ``leaderboard(table, eps_max=eps_max)`` when the caller has it already.
     """
-
     board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:
         return pd.DataFrame(columns=RECOMMEND_COLUMNS)
@@ -233,98 +216,142 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     rows = []
     for (family, norm), g in board.groupby(["family", "norm"], sort=True):
         rows.append(_one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
-                         (eps_max or {}).get(norm), n_boot, seed))
+                         (eps_max or {}).get(norm), n_boot, seed, alpha))
     return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
 
 
+def _pair_tests(blocks: ImageBlocks, cands: list[int], alpha: float) -> tuple[dict, np.ndarray, list]:
+    """All candidate pairs: (``{(i, j): (per-image values, compare result)}``, exclusions (c,),
+    the pair list). Holm over every pair's difference test; excluded: worse than some other."""
+    pairs = [(a, b) for x, a in enumerate(cands) for b in cands[x + 1:]]
+    tests = {}
+    for i, j in pairs:
+        x = blocks.image_values(i, j)
+        tests[(i, j)] = (x, compare(x[np.isfinite(x)]))
+    p = np.array([[tests[q][1]["p_different"] for q in pairs]]) if pairs else np.zeros((1, 0))
+    better = np.array([[tests[q][1]["estimate"] < 0 for q in pairs]]) if pairs else np.zeros((1, 0), bool)
+    local = [(cands.index(i), cands.index(j)) for i, j in pairs]
+    return tests, _excluded(p, better, local, len(cands), alpha)[0], pairs
+
+
+def _member(r: pd.Series, ci: tuple[float, float]) -> dict:
+    return {"implementation": r["implementation"], "library_version": r["library_version"],
+            "optimality": float(r["optimality"]), "optimality_ci": list(ci), "answer": "", "estimate": 0.0,
+            "p_different": None, "p_equivalent": None, "images_to_decide": None, "p_adjusted": None,
+            "wins_top": None, "wins_member": None, "samples_to_separate": None}
+
+
 def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best: pd.Series,
-         eps_max: float | None, n_boot: int, seed: int) -> dict:
-    g = g.assign(clean=g["flags"].map(len) == 0,
+         eps_max: float | None, n_boot: int, seed: int, alpha: float) -> dict:
+    g = g.assign(clean=[not (set(f) - WEAKNESS_FLAGS) for f in g["flags"]],
                  tier=(g["optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
     g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
                       ascending=[False, False, True, True, True], kind="stable").reset_index(drop=True)
     keys = list(zip(g["implementation"], g["library_version"]))
-    fam = _Family(long, keys)
+    blocks = ImageBlocks(long[long.set_index(IMPL_KEY).index.isin(keys)], keys)
     cands = [i for i in range(len(g)) if g.at[i, "clean"] and np.isfinite(g.at[i, "optimality"])]
     e = expected(family, norm)
-    strong = is_strong(family, norm)
-    n_models = int(g["n_models"].max())
-    per_model = int(round(np.mean([r.size for r in fam.d_star]))) if fam.d_star else 0
     xi_norm = float(norm_best["best_in_norm"])
     best_norm = f"{norm_best['best_in_norm_impl']} (ξ {xi_norm:.3f})" if np.isfinite(xi_norm) else "none (ξ n/a)"
-    xi_boot, idx_all = _bootstrap(fam, eps_max, n_boot, seed) if fam.models else (np.full((0, len(g)), np.nan), [])
+    have = len(blocks.images) > 0 and len(blocks.models) > 0
+    xi_boot, idx = _bootstrap(blocks, eps_max, n_boot, seed) if have else (np.full((0, len(g)), np.nan), None)
     ci = [(float(np.nanpercentile(xi_boot[:, i], 2.5)), float(np.nanpercentile(xi_boot[:, i], 97.5)))
           if len(xi_boot) and np.isfinite(xi_boot[:, i]).any() else (float("nan"), float("nan")) for i in range(len(g))]
     flagged_note = "; ".join(f"{r.implementation} ({', '.join(r.flags)})" for r in g[~g["clean"]].itertuples(index=False))
     base = {"family": family, "norm": norm, "expected_optimality": e if e is not None else float("nan"),
             "best_in_norm": norm_best["best_in_norm_impl"], "candidates": len(g), "flagged": int((~g["clean"]).sum()),
-            "samples_per_model": per_model}
+            "samples_per_model": len(blocks.images)}
     if not cands:
         top = g.iloc[0]
-        if strong and any("below_expected_strength" in f for f in g["flags"]):
+        if is_strong(family, norm) and any("below_expected_strength" in f for f in g["flags"]):
             note = (f"no implementation reaches the expected strength of {family} under {norm} here (AttackBench "
                     f"publishes {e:.3f}); use the best attack of {norm} instead: {best_norm}")
         else:
             note = f"every implementation is flagged ({flagged_note}); none is trusted"
-        return base | {"verdict": "untrusted", "implementation": top["implementation"], "library": top["library"],
+        return base | {"verdict": "none", "implementation": top["implementation"], "library": top["library"],
                        "library_version": top["library_version"], "optimality": float(top["optimality"]),
                        "optimality_ci": list(ci[0]), "queries": float(top["queries"]), "wall_s": float(top["wall_s"]),
                        "trusted": False, "trust_set": [], "top_share": float("nan"), "top_in_set": float("nan"),
-                       "samples_to_separate": float("nan"), "runner_up": g["implementation"].iloc[1] if len(g) > 1 else "",
-                       "note": note, "weak": _weak(g, [], norm_best, {}), "summary": note}
-    top = cands[0]
-    tests, members, excluded = [], [], {}
-    for c in cands[1:]:
-        res = paired_comparison(*fam.pooled(top, c))
-        tests.append((c, res))
-    p_adj = holm([r["p_value"] for _, r in tests]) if tests else np.zeros(0)
-    k = len(tests)
+                       "samples_to_separate": float("nan"), "images_to_decide": float("nan"),
+                       "runner_up": g["implementation"].iloc[1] if len(g) > 1 else "",
+                       "note": note, "weak": _weak(g, norm_best, set()), "summary": note}
+    tests, excluded, pairs = _pair_tests(blocks, cands, alpha)
+    kept = [c for c, ex in zip(cands, excluded) if not ex]
+    top = kept[0]  # candidates are in ξ-tier then cost order
+    members = [_member(g.iloc[top], ci[top])]
+    others = kept[1:]
+    p_eq = holm([tests[(min(top, c), max(top, c))][1]["p_equivalent"] for c in others]) if others else []
+    for c, pe in zip(others, p_eq):
+        x, res = tests[(min(top, c), max(top, c))]
+        flip = 1.0 if top < c else -1.0                       # values as log(d_top / d_member)
+        vals = flip * x[np.isfinite(x)]
+        word = answer(1.0, pe, alpha)                          # not different: it was kept
+        wins_top, wins_member = (res["wins_a"], res["wins_b"]) if top < c else (res["wins_b"], res["wins_a"])
+        need = images_to_decide(vals, alpha / max(len(others), 1)) if word != "equivalent" else float("nan")
+        members.append(_member(g.iloc[c], ci[c]) | {
+            "answer": word, "estimate": -flip * res["estimate"], "p_equivalent": float(pe),
+            "p_different": float(res["p_different"]), "images_to_decide": need, "p_adjusted": float(pe),
+            "wins_top": int(wins_top), "wins_member": int(wins_member), "samples_to_separate": need})
+    top_share, top_in_set = _stability(xi_boot, idx, tests, pairs, cands, top, alpha)
+    if len(cands) == 1:
+        verdict = "only implementation"
+    elif len(members) == 1:
+        verdict = "clear"
+    else:
+        verdict = "tied" if all(m["answer"] == "equivalent" for m in members[1:]) else "inconclusive"
     top_row = g.iloc[top]
-    members.append({"implementation": top_row["implementation"], "library_version": top_row["library_version"],
-                    "optimality": float(top_row["optimality"]), "optimality_ci": list(ci[top]), "p_adjusted": None,
-                    "wins_top": None, "wins_member": None, "samples_to_separate": None})
-    for (c, res), pa in zip(tests, p_adj):
-        r = g.iloc[c]
-        if significant(pa, res["wins_a"], res["wins_b"]):
-            excluded[c] = (pa, res)
-            continue
-        n_nontied = res["wins_a"] + res["wins_b"]
-        members.append({"implementation": r["implementation"], "library_version": r["library_version"],
-                        "optimality": float(r["optimality"]), "optimality_ci": list(ci[c]), "p_adjusted": float(pa),
-                        "wins_top": int(res["wins_a"]), "wins_member": int(res["wins_b"]),
-                        "samples_to_separate": samples_to_separate(res["effect_size"], n_nontied, res["n_samples"], k)})
-    boot_tests = _resampled_tests(fam, idx_all, cands) if len(cands) > 1 and idx_all else {}
-    top_share, top_in_set = _stability(xi_boot, boot_tests, cands, top) if len(xi_boot) else (float("nan"),) * 2
-    verdict = "clear" if len(members) == 1 else "tied"
-    separate = members[1]["samples_to_separate"] if len(members) > 1 else float("nan")
+    xi_top = float(top_row["optimality"])
+    if xi_top == 0:
+        members[0]["why_zero"] = f"ξ = 0: {what_happened(blocks, top, eps_max)}"
+    far = bool(np.isfinite(xi_norm) and xi_top < WEAK_FRACTION * xi_norm)
+    undecided = [m["images_to_decide"] for m in members[1:] if m["answer"] != "equivalent"]
+    need = max(undecided) if undecided else float("nan")
     notes = [f"flagged, not considered: {flagged_note}"] if flagged_note else []
-    summary = _summary(family, norm, verdict, members, top_share, top_in_set, separate, per_model, n_models, "",
-                       len(cands))
+    summary = _summary(verdict, members, top_share, top_in_set, len(cands), len(g), best_norm, far)
+    for m in members:
+        m.pop("why_zero", None)
     return base | {"verdict": verdict, "implementation": top_row["implementation"], "library": top_row["library"],
-                   "library_version": top_row["library_version"], "optimality": float(top_row["optimality"]),
+                   "library_version": top_row["library_version"], "optimality": xi_top,
                    "optimality_ci": list(ci[top]), "queries": float(top_row["queries"]),
                    "wall_s": float(top_row["wall_s"]), "trusted": True, "trust_set": members,
-                   "top_share": top_share, "top_in_set": top_in_set, "samples_to_separate": separate,
+                   "top_share": top_share, "top_in_set": top_in_set, "samples_to_separate": need,
+                   "images_to_decide": need,
                    "runner_up": g["implementation"].iloc[cands[1]] if len(cands) > 1 else "",
-                   "note": "; ".join(notes), "weak": _weak(g, cands, norm_best, excluded), "summary": summary}
+                   "note": "; ".join(notes),
+                   "weak": _weak(g, norm_best, {c for c, ex in zip(cands, excluded) if ex}, top),
+                   "summary": summary}
 
 
-def _weak(g: pd.DataFrame, cands: list[int], norm_best: pd.Series, excluded: dict) -> list[str]:
-    """Weakness notes, for implementations whose only flag (if any) is one of ``WEAKNESS_FLAGS``:
-    those significantly worse than the top pick, flagged ``optimality_gap``, or far below the
-    best attack of their norm. Weak is not a label bug: without label evidence (perm twin,
-    class-conditional failure) nothing says the labels are wrong."""
+def _stability(xi_boot: np.ndarray, idx: np.ndarray | None, tests: dict, pairs: list, cands: list[int], top: int,
+               alpha: float) -> tuple[float, float]:
+    """(share of image resamples whose own top pick — the same rule — is ``top``, share in which
+    ``top`` is not excluded)."""
+    if len(cands) == 1:
+        return 1.0, 1.0
+    if idx is None or not len(xi_boot):
+        return float("nan"), float("nan")
+    local = [(cands.index(i), cands.index(j)) for i, j in pairs]
+    excl = _resampled_exclusions([tests[q][0] for q in pairs], idx, local, len(cands), alpha)
+    pick = _pick(xi_boot[:, cands], excl)
+    t = cands.index(top)
+    return float(np.mean(pick == t)), float(np.mean(~excl[:, t]))
+
+
+def _weak(g: pd.DataFrame, norm_best: pd.Series, excluded: set[int], top: int | None = None) -> list[str]:
+    """Weakness notes, for implementations whose only flags (if any) are ``WEAKNESS_FLAGS``: those
+    a sibling is different from and better than (excluded from the set), flagged
+    ``optimality_gap``, or far below the best attack of their norm. Weak is not a label bug:
+    without label evidence (perm twin, class-conditional failure) nothing says the labels are
+    wrong."""
     out = []
-    top = g.iloc[cands[0]] if cands else None
+    top_row = g.iloc[top] if top is not None else None
     for i, r in g.iterrows():
-        if set(r["flags"]) - WEAKNESS_FLAGS or (top is not None and r["implementation"] == top["implementation"]
-                                                 and r["library_version"] == top["library_version"]):
+        if set(r["flags"]) - WEAKNESS_FLAGS or i == top:
             continue
         xi = float(r["optimality"])
         if i in excluded:
-            pa, res = excluded[i]
-            why = (f"weaker than {top['implementation']} (ξ {xi:.3f} vs {float(top['optimality']):.3f}; smaller "
-                   f"perturbation on {res['wins_b']} vs {res['wins_a']} samples, Holm-adjusted p = {pa:.2g})")
+            why = (f"different from and worse than another unflagged implementation (ξ {xi:.3f}; the top pick "
+                   f"{top_row['implementation']} has {float(top_row['optimality']):.3f})")
         elif "optimality_gap" in r["flags"]:
             why = f"weaker than the best of its family on some models (ξ {xi:.3f}; see its optimality_gap flags)"
         elif np.isfinite(xi) and xi < WEAK_FRACTION * float(norm_best["best_in_norm"]):

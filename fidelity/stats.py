@@ -150,14 +150,14 @@ def wilcoxon_batch(diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     total = n * (n + 1) / 2
     with np.errstate(invalid="ignore", divide="ignore"):
         effect = np.where(total > 0, (r_neg - r_pos) / total, 0.0)
-        tie_sizes = _tie_correction(np.where(nz, np.abs(diff), np.nan))
+        tie_sizes = tie_correction(np.where(nz, np.abs(diff), np.nan))
         var = n * (n + 1) * (2 * n + 1) / 24 - tie_sizes / 48
         z = np.where(var > 0, (np.abs(r_pos - total / 2) - 0.5).clip(min=0) / np.sqrt(np.where(var > 0, var, 1)), 0.0)
     p = np.where(n > 0, 2 * stats.norm.sf(z), 1.0)
     return np.clip(p, 0.0, 1.0), effect
 
 
-def _tie_correction(values: np.ndarray) -> np.ndarray:
+def tie_correction(values: np.ndarray) -> np.ndarray:
     """Σ (t³ − t) over the groups of t equal non-NaN values, per row of (B, N), vectorised: runs
     of equal neighbours in each sorted row, never crossing rows (NaN sorts last and never joins)."""
     b, n = values.shape

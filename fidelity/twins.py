@@ -1,0 +1,159 @@
+"""Metamorphic twin checks, each judged against the attack's own noise (fidelity/README.md, "Flags").
+
+A twin ``M~<kind>`` is the model ``M`` changed in a way a sound attack must not notice: ``~perm``
+renames the classes (a difference is label evidence: ``label_bug``), ``~shift`` shifts the logits
+per sample (``shift_sensitivity``). ``~seed`` is the same model and images attacked with another
+seed: its differences are the attack's own noise, the floor every other twin is judged against.
+
+Per (model, norm, implementation) an image *differs* when success differs or the best distances
+differ by more than the check's relative tolerance. The test (a p-value per judged job):
+
+- with a seed twin: the images that differ on the twin but not between the seeds against the
+  reverse (exact McNemar, one-sided): a difference beyond the attack's own noise;
+- without one (a deterministic attack): the count of differing images against a binomial with the
+  check's null rate (``NULL_RATE``, above the measured noise of sound attacks).
+
+The p-values of one check are Benjamini–Hochberg adjusted over every job it judges in the report;
+a finding needs q < ``ALPHA`` (and, on the perm twin, at least two differing images). What stays
+below that but differs is named for what it is likely to be (``twin_notes``): tie-breaking by
+class index for a deterministic attack, a random choice tied to class indices (e.g. a random
+target) when the seed twin differs as much.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ._table import IMPL_KEY, base_of, is_twin, twin_kind
+from .equivalence import benjamini_hochberg
+from .stats import ALPHA
+
+#: relative tolerance per kind: permuting logits is exact in float arithmetic (measured ≤ 1.1e-6);
+#: a shift changes float32 log-softmax values (measured ≤ 2.7% for sound non-sign attacks)
+RTOL = {"perm": 0.01, "shift": 0.05, "seed": 0.01}
+#: null rate of differing images per kind without a seed twin: above the measured noise of sound
+#: deterministic attacks (perm: 0 of 12–16 images; shift: 0–1 of 12, 3 of 12 for a one-step FGM)
+NULL_RATE = {"perm": 0.05, "shift": 0.15}
+#: the flag each kind raises, and the families a kind says nothing about
+FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity"}
+EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"})}
+MIN_IMAGES = {"perm": 2, "shift": 1}
+WHAT = {"perm": "same network with its classes renamed, labels and targets mapped alike: the result depends on "
+                "class indices, i.e. on how the attack handles labels",
+        "shift": "same decisions, logits shifted per sample"}
+
+
+def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
+    """(n,) bool: success differs, or both succeeded and differ by more than ``rtol`` (relative)."""
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    both = fa & fb
+    ca, cb = np.where(both, a, 0.0), np.where(both, b, 0.0)
+    gap = np.abs(ca - cb) > rtol * np.maximum(np.abs(ca), np.abs(cb)) + 1e-12
+    return (fa != fb) | (both & gap)
+
+
+def _pairs(t: pd.DataFrame) -> pd.DataFrame:
+    """Rows of every twin joined to its base model's rows: base, twin, kind, norm, impl key,
+    family, sample, best_distance (base), best_distance_twin."""
+    twins = t[t["model"].map(is_twin)]
+    cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
+    if twins.empty:
+        return pd.DataFrame(columns=["base", "model", "kind", "family", *cols, "best_distance_twin"])
+    twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
+    base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
+    return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-1]],
+                                                                   suffixes=("_twin", ""))
+
+
+def judge(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per (base, twin, kind, norm, implementation) of a prepared table: n images,
+    ``n_differ``, the seed twin's ``n_differ_seed`` (NaN without one), ``p_value``, ``q_value``
+    (BH over the kind's rows), ``flagged``, ``evidence``."""
+    pairs = _pairs(t)
+    keys = ["base", "model", "kind", "norm", *IMPL_KEY]
+    seed = {}
+    for key, g in pairs[pairs["kind"] == "seed"].groupby(["base", "norm", *IMPL_KEY], sort=True):
+        g = g.sort_values("sample")
+        seed[key] = pd.Series(differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(),
+                                      RTOL["seed"]), index=g["sample"].to_numpy())
+    rows = []
+    for (b, twin, kind, norm, impl, version), g in pairs.groupby(keys, sort=True):
+        if kind not in FLAG_OF or str(g["family"].iloc[0]) in EXEMPT[kind]:
+            continue
+        g = g.sort_values("sample")
+        d = differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), RTOL[kind])
+        floor = seed.get((b, norm, impl, version))
+        if floor is not None:
+            s = floor.reindex(g["sample"].to_numpy()).fillna(False).to_numpy(bool)
+            only_twin, only_seed = int((d & ~s).sum()), int((s & ~d).sum())
+            p = float(sps.binom.sf(only_twin - 1, only_twin + only_seed, 0.5)) if only_twin else 1.0
+            n_seed = int(s.sum())
+        else:
+            p = float(sps.binom.sf(int(d.sum()) - 1, d.size, NULL_RATE[kind])) if d.any() else 1.0
+            n_seed = np.nan
+        rows.append({"base": b, "model": twin, "kind": kind, "norm": norm, "implementation": impl,
+                     "library_version": version, "n": int(d.size), "n_differ": int(d.sum()),
+                     "n_differ_seed": n_seed, "p_value": p, "examples": g[d]})
+    out = pd.DataFrame(rows, columns=keys + ["n", "n_differ", "n_differ_seed", "p_value", "examples"])
+    out["q_value"] = np.nan
+    for kind, part in out.groupby("kind"):
+        out.loc[part.index, "q_value"] = benjamini_hochberg(part["p_value"].to_numpy())
+    out["flagged"] = (out["q_value"] < ALPHA) & (out["n_differ"] >= out["kind"].map(MIN_IMAGES))
+    return out
+
+
+def _examples(part: pd.DataFrame, limit: int = 3) -> str:
+    return "; ".join(f"image {int(r.sample)}: {r.best_distance:.4g} vs {r.best_distance_twin:.4g}"
+                     for r in part.head(limit).itertuples(index=False))
+
+
+def twin_findings(t: pd.DataFrame) -> list[dict]:
+    """``label_bug`` / ``shift_sensitivity`` findings (on the base model) of a prepared table."""
+    out = []
+    judged = judge(t)
+    for r in judged[judged["flagged"]].itertuples(index=False):
+        noise = (f"a second seed differs on {int(r.n_differ_seed)}" if np.isfinite(r.n_differ_seed)
+                 else f"null rate {NULL_RATE[r.kind]:.0%} for a deterministic attack")
+        out.append({"model": r.base, "norm": r.norm, "implementation": r.implementation,
+                    "library_version": r.library_version, "flag": FLAG_OF[r.kind], "evidence": (
+                        f"best distances differ beyond {RTOL[r.kind]:.0%} on {r.n_differ} of {r.n} images between "
+                        f"{r.base} and its twin {r.model} ({WHAT[r.kind]}); {noise}; p = {r.p_value:.2g}, "
+                        f"BH q = {r.q_value:.2g} over the report: {_examples(r.examples)}")})
+    return out
+
+
+def twin_notes(t: pd.DataFrame) -> list[dict]:
+    """Differences on the perm twin too weak or too noisy to be label evidence, named for what
+    they likely are: ``{norm, implementation, library_version, note}``."""
+    judged = judge(t)
+    out = []
+    for r in judged[(~judged["flagged"]) & (judged["kind"] == "perm") & (judged["n_differ"] > 0)].itertuples():
+        if np.isfinite(r.n_differ_seed):
+            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} images, no more than a "
+                    f"second seed does ({int(r.n_differ_seed)}): a random choice tied to class indices (e.g. of a "
+                    "target class or a restart), not a label bug")
+        else:
+            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} images, too few to be "
+                    f"label evidence (p = {r.p_value:.2g}): consistent with tie-breaking by class index")
+        out.append({"norm": r.norm, "implementation": r.implementation, "library_version": r.library_version,
+                    "note": note})
+    return out
+
+
+def seed_twin_check(t: pd.DataFrame) -> pd.DataFrame:
+    """Per seed twin (``M~seed``) and implementation: images that differ between the two seeds
+    and the largest relative difference: the noise floor the report shows. Columns: model, norm,
+    implementation, library_version, n, n_differ, largest_relative_difference."""
+    pairs = _pairs(t)
+    pairs = pairs[pairs["kind"] == "seed"]
+    rows = []
+    for (b, norm, impl, version), g in pairs.groupby(["base", "norm", *IMPL_KEY], sort=True):
+        a, s = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
+        both = np.isfinite(a) & np.isfinite(s) & (np.maximum(a, s) > 0)
+        rel = np.abs(a - s)[both] / np.maximum(a, s)[both] if both.any() else np.zeros(0)
+        rows.append({"model": b, "norm": norm, "implementation": impl, "library_version": version, "n": len(g),
+                     "n_differ": int(differs(a, s, RTOL["seed"]).sum()),
+                     "largest_relative_difference": float(rel.max()) if rel.size else 0.0})
+    return pd.DataFrame(rows, columns=["model", "norm", "implementation", "library_version", "n", "n_differ",
+                                       "largest_relative_difference"])
