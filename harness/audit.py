@@ -18,19 +18,32 @@ import re
 import sys
 from pathlib import Path
 
-from .audit_env import (AuditEnvError, Env, installed_version, is_current_interpreter, prepare_env,
-                        resolution_phrase, run_under)
+from .audit_bisect import bisect, bisect_lines, index_releases, measures, version_key
+from .audit_env import (Env, installed_version, is_current_interpreter, prepare_env, resolution_phrase, run_under,
+                        unmet_phrase)
 from .grid_args import add_grid_arguments, grid_flags
 
+__all__ = ["Release", "Side", "audit", "bisect", "index_releases", "parse_releases", "add_arguments", "main"]
+
 _RELEASE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
+_CANDIDATE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*(.+?)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One side of an audit as the user named it: ``LIB==V`` (``version``) or ``LIB@PATH``
+    (``source``: a wheel, an sdist or a source tree, a release candidate)."""
+
+    version: str = ""
+    source: str = ""
 
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_releases(releases: list[str]) -> tuple[str, str, list[str]]:
-    """(library, distribution, versions) of ``LIB==V`` arguments; ValueError (one line) otherwise."""
+def parse_releases(releases: list[str]) -> tuple[str, str, list[Release]]:
+    """(library, distribution, releases) of ``LIB==V`` / ``LIB@PATH`` arguments; ValueError (one line) otherwise."""
     from attackaudit.adapters import BUILTIN_LIBRARIES
 
     if not 1 <= len(releases) <= 2:
@@ -38,31 +51,27 @@ def parse_releases(releases: list[str]) -> tuple[str, str, list[str]]:
     by_name = {_normal(k): k for k in BUILTIN_LIBRARIES} | {_normal(v): k for k, v in BUILTIN_LIBRARIES.items()}
     libraries, versions = [], []
     for text in releases:
-        m = _RELEASE.match(text)
+        m = _RELEASE.match(text) or _CANDIDATE.match(text)
         if not m:
-            raise ValueError(f"release {text!r} is not of the form LIB==VERSION (e.g. adv-lib==0.2.6)")
+            raise ValueError(f"release {text!r} is not of the form LIB==VERSION (e.g. adv-lib==0.2.6) "
+                             "or LIB@PATH (a wheel, an sdist or a source tree)")
         library = by_name.get(_normal(m.group(1)))
         if library is None:
             raise ValueError(f"unknown library {m.group(1)!r} in {text!r}; audit knows "
                              f"{', '.join(sorted(set(BUILTIN_LIBRARIES.values())))}")
         libraries.append(library)
-        versions.append(m.group(2))
+        if m.re is _CANDIDATE:
+            if not Path(m.group(2)).expanduser().exists():
+                raise ValueError(f"release candidate {m.group(2)!r} does not exist (LIB@PATH: a wheel, an sdist or "
+                                 "a source tree)")
+            versions.append(Release(source=str(Path(m.group(2)).expanduser().resolve())))
+        else:
+            versions.append(Release(version=m.group(2)))
     if len(set(libraries)) > 1:
         raise ValueError(f"the releases name two libraries ({' and '.join(libraries)}); audit compares one library")
     if len(versions) == 2 and versions[0] == versions[1]:
         raise ValueError(f"both releases are {releases[0]}; give two different versions")
     return libraries[0], BUILTIN_LIBRARIES[libraries[0]], versions
-
-
-def _version_key(version: str):
-    try:
-        from packaging.version import Version
-    except ImportError:  # pragma: no cover
-        from pip._vendor.packaging.version import Version
-    try:
-        return (0, Version(version))
-    except Exception:
-        return (1, version)
 
 
 def _clean(value):
@@ -139,10 +148,12 @@ class Side:
 
     @property
     def label(self) -> str:
+        if self.env is not None and self.env.source:
+            return f"{self.version} (candidate {self.env.source})"
         return f"{self.version}" + ("" if self.env else " (installed)")
 
 
-def _run_side(side: Side, base, library: str, echo) -> None:
+def run_side(side: Side, base, library: str, echo) -> None:
     from .config import ConfigError
     from .runner import run
 
@@ -174,18 +185,21 @@ def _table(side: Side, columns):
     return table
 
 
-def _side(version: str, installed: str, dist: str, library: str, out: Path, echo) -> Side:
-    """A release's side of the audit: its environment prepared (the installed release runs here, as it is)."""
+def prepare_side(release: Release | str, installed: str, dist: str, library: str, out: Path, echo) -> Side:
+    """A release's side of the audit: its environment prepared (the installed release runs here,
+    as it is). A candidate's version is its own plus ``+c<content hash>`` (``audit_env``)."""
+    release = Release(version=release) if isinstance(release, str) else release
     env = None
-    if version != installed:
-        env = prepare_env(dist, version, library)
+    if release.source or release.version != installed:
+        env = prepare_env(dist, release.version, library, source=release.source)
         echo(env.line())
         for warning in env.warnings:
             echo(f"attackaudit: warning: {warning}")
+    version = env.version if env is not None else release.version
     return Side(version, env, out / f"{library}-{version}")
 
 
-def _compare(a: Side, b: Side, *, alpha: float, min_delta: float):
+def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float):
     """``fidelity.diff`` of two finished sides and the subset hash both attacked."""
     from attackaudit import fidelity
 
@@ -209,7 +223,8 @@ def side_doc(side: Side) -> dict:
             "environment": None if env is None else {
                 "path": env.path, "python": env.python, "reused": env.reused, "key": env.key,
                 "prepare_s": round(env.prepare_s, 3), "added_requirements": env.added_requirements,
-                "resolved": env.resolved, "warnings": env.warnings}}
+                "resolved": env.resolved, "unmet": env.unmet, "warnings": env.warnings},
+            **({"candidate": {"source": env.source, "content_hash": env.content_hash}} if env and env.source else {})}
 
 
 def environment_lines(sides: list[Side]) -> list[str]:
@@ -218,94 +233,12 @@ def environment_lines(sides: list[Side]) -> list[str]:
     for s in sides:
         if s.env is None:
             out.append(f"{s.version}: the installed release, in the project's environment")
-        elif s.env.resolved:
-            out.append(f"{s.version}: {'; '.join(resolution_phrase(r) for r in s.env.resolved)}")
         else:
-            out.append(f"{s.version}: the release alone; the project's environment satisfies all its requirements")
-    return out
-
-
-# -- bisect -------------------------------------------------------------------------------------
-def index_releases(dist: str, first: str, last: str) -> list[str]:
-    """The releases of ``dist`` from ``first`` to ``last`` (inclusive, ascending) that the package
-    index offers for this Python (``pip index versions``); pre-releases only as endpoints."""
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "index",
-                           "versions", dist], capture_output=True, text=True)
-    listed = next((ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")),
-                  None)
-    if listed is None:
-        raise ValueError(f"cannot list the releases of {dist} on the package index "
-                         f"({(proc.stderr.strip().splitlines() or ['no output'])[-1]})")
-    lo, hi = _version_key(first), _version_key(last)
-    found = {v.strip() for v in listed.split(",") if v.strip()}
-    for end in (first, last):
-        if end not in found:
-            raise ValueError(f"{dist}=={end} is not on the package index for this Python; "
-                             f"`pip index versions {dist}` lists what is")
-    keep = [v for v in found if lo <= _version_key(v) <= hi
-            and (v in (first, last) or not getattr(_version_key(v)[1], "is_prerelease", False))]
-    return sorted(keep, key=_version_key)
-
-
-def _measures(diff, side: str) -> dict[tuple[str, str], dict]:
-    return {(r["implementation"], r["norm"]): {"optimality": r[f"optimality_{side}"], "asr": r[f"asr_{side}"],
-                                               "verdict": r["verdict"]}
-            for _, r in diff.iterrows()}
-
-
-def bisect(releases: list[str], changed: dict[tuple[str, str], str], measure, echo) -> tuple[list[dict], dict]:
-    """First release at which each changed implementation's verdict (against ``releases[0]``)
-    becomes its verdict at ``releases[-1]``.
-
-    ``measure(version)`` runs the grid on a release and returns {(implementation, norm): {
-    optimality, asr, verdict}} against the first release, or raises AuditEnvError when the release
-    cannot be prepared (it is then skipped, as ``git bisect skip``). Assumes one change per
-    implementation in the range; the evidence of every tested release is returned, so a history
-    that changed back and forth shows. Returns (one record per change, {version: evidence or error}).
-    """
-    evidence: dict[str, dict] = {}
-
-    def verdict_at(i: int, key) -> str | None:
-        version = releases[i]
-        if version not in evidence:
-            try:
-                evidence[version] = measure(version)
-            except AuditEnvError as exc:
-                echo(f"attackaudit: warning: bisect skips {version}: {exc}")
-                evidence[version] = {"error": str(exc)}
-        found = evidence[version]
-        return None if "error" in found else found.get(key, {}).get("verdict", "unchanged")
-
-    changes = []
-    for key, verdict in sorted(changed.items()):
-        lo, hi, skipped = 0, len(releases) - 1, []
-        while hi - lo > 1:
-            open_ = [i for i in range(lo + 1, hi) if releases[i] not in skipped]
-            if not open_:
-                break
-            mid = min(open_, key=lambda i: abs(i - (lo + hi) / 2))
-            got = verdict_at(mid, key)
-            if got is None:
-                skipped.append(releases[mid])
-            elif got == verdict:
-                hi = mid
-            else:
-                lo = mid
-        changes.append({"implementation": key[0], "norm": key[1], "verdict": verdict,
-                        "first_release": releases[hi], "last_release_before": releases[lo],
-                        "untestable_between": releases[lo + 1:hi]})
-    return changes, evidence
-
-
-def bisect_lines(changes: list[dict], dist: str, n_releases: int, n_tested: int) -> list[str]:
-    out = []
-    for c in changes:
-        between = f"; {', '.join(c['untestable_between'])} could not be tested" if c["untestable_between"] else ""
-        out.append(f"{c['implementation']} [{c['norm']}]: {c['verdict']} first in {dist} {c['first_release']} "
-                   f"(last release before it: {c['last_release_before']}{between})")
-    out.append(f"bisect: {n_tested} of {n_releases} releases tested")
+            what = f"{s.version} (candidate {s.env.source}, content sha256 {s.env.content_hash})" \
+                if s.env.source else s.version
+            phrases = [resolution_phrase(r) for r in s.env.resolved] + [unmet_phrase(u) for u in s.env.unmet]
+            out.append(f"{what}: {'; '.join(phrases)}" if phrases else
+                       f"{what}: the release alone; the project's environment satisfies all its requirements")
     return out
 
 
@@ -347,29 +280,34 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
 
     from .config import resolve
 
-    library, dist, versions = parse_releases(releases)
+    library, dist, named = parse_releases(releases)
     installed = installed_version(dist)
-    if bisect_range and len(versions) != 2:
+    if bisect_range and (len(named) != 2 or any(r.source for r in named)):
         raise ValueError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
-    if len(versions) == 1:
-        if versions[0] == installed:
+    if len(named) == 1:
+        if named[0].version == installed:
             raise ValueError(f"{dist}=={installed} is the installed release; name another one, or two releases")
         if installed == "none":
             raise ValueError(f"{dist} is not installed here: name two releases, {dist}==V1 {dist}==V2")
-        versions = sorted([versions[0], installed], key=_version_key)  # before = the older
+        # before = the older release; a candidate comes after the installed release it is compared with
+        named = [Release(installed), named[0]] if named[0].source else \
+            sorted([named[0], Release(installed)], key=lambda r: version_key(r.version))
+    versions = [r.version for r in named]
     out = Path(out)
     # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
     base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
     if bisect_range:
-        versions = sorted(versions, key=_version_key)
+        versions = sorted(versions, key=version_key)
+        named = [Release(v) for v in versions]
         between = index_releases(dist, *versions)  # before any install: a typo fails fast
-    sides = [_side(version, installed, dist, library, out, echo) for version in versions]
+    sides = [prepare_side(release, installed, dist, library, out, echo) for release in named]
+    versions = [s.version for s in sides]
     for side in sides:
-        _run_side(side, base, library, echo)
+        run_side(side, base, library, echo)
     if all(s.empty for s in sides):
         raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    diff, subset_hash = _compare(*sides, alpha=alpha, min_delta=min_delta)
+    diff, subset_hash = compare_sides(*sides, alpha=alpha, min_delta=min_delta)
     out.mkdir(parents=True, exist_ok=True)
     diff.to_csv(out / "diff.csv", index=False)
     counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
@@ -379,18 +317,18 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
         tested_sides = {s.version: s for s in sides}
 
         def measure(version: str) -> dict:
-            side = _side(version, installed, dist, library, out, echo)
-            _run_side(side, base, library, echo)
+            side = prepare_side(version, installed, dist, library, out, echo)
+            run_side(side, base, library, echo)
             tested_sides[version] = side
-            return _measures(_compare(sides[0], side, alpha=alpha, min_delta=min_delta)[0], "b")
+            return measures(compare_sides(sides[0], side, alpha=alpha, min_delta=min_delta)[0], "b")
 
         changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
                    if r["verdict"] != "unchanged"}
         changes, evidence = bisect(between, changed, measure, echo)
-        first = {k: {**v, "verdict": "first release"} for k, v in _measures(diff, "a").items()}
-        evidence = {versions[0]: first, **evidence, versions[1]: _measures(diff, "b")}
+        first = {k: {**v, "verdict": "first release"} for k, v in measures(diff, "a").items()}
+        evidence = {versions[0]: first, **evidence, versions[1]: measures(diff, "b")}
         tested = []
-        for version in sorted(evidence, key=_version_key):
+        for version in sorted(evidence, key=version_key):
             found = evidence[version]
             side = tested_sides.get(version)
             entry = {"version": version, **(side_doc(side) if side else {})}
@@ -405,7 +343,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
                                   "release and that release, as its verdict against the first uses them",
                       "lines": bisect_lines(changes, dist, len(between), len(evidence))}
 
-    env_lines = environment_lines(sorted(tested_sides.values(), key=lambda s: _version_key(s.version))
+    env_lines = environment_lines(sorted(tested_sides.values(), key=lambda s: version_key(s.version))
                                   if bisect_range else sides)
     doc = _clean({
         "library": library, "distribution": dist,
@@ -438,8 +376,9 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
 
 # -- command line -------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("releases", nargs="+", metavar="LIB==V",
-                   help="one or two releases, e.g. adv-lib==0.2.6 adv-lib==0.2.8 (one: against the installed)")
+    p.add_argument("releases", nargs="+", metavar="LIB==V|LIB@PATH",
+                   help="one or two releases, e.g. adv-lib==0.2.6 adv-lib==0.2.8 (one: against the installed); "
+                        "LIB@PATH is a release candidate: a wheel, an sdist or a source tree")
     p.add_argument("--out", required=True, help="audit directory: a run per release, audit.json, audit.md|html")
     add_grid_arguments(p)
     p.add_argument("--alpha", type=float, default=0.05,

@@ -4,21 +4,21 @@ An environment pins one release of one attack library on top of the project's ow
 ``python -m venv --without-pip`` (its interpreter is the base Python's), a ``.pth`` file in its
 site-packages that calls ``site.addsitedir`` on the running environment's site-packages (so
 torch, numpy, the other libraries and attackaudit itself, an editable install included, come from
-there), then ``pip install --no-deps --target <its site-packages> DIST==VERSION``. Its own
-site-packages come first on ``sys.path``, so the pinned release shadows the installed one; the
-installed environment is never written to.
+there), then ``pip install --no-deps --target <its site-packages> DIST==VERSION`` (or, for a
+release candidate, ``pip install --no-deps --target ... PATH``: a wheel, an sdist or a source
+tree). Its own site-packages come first on ``sys.path``, so the pinned release shadows the
+installed one; the installed environment is never written to.
 
-What else goes into the overlay is resolved from metadata (``resolve``): every requirement the
-release declares (markers evaluated here, its ``pytorch`` extra included: the adapters drive the
-libraries' PyTorch side), and recursively theirs, is checked against the overlay and then the
-project's installed distributions; one the project does not satisfy is installed into the overlay
-(the newest release matching it, wheels preferred), shadowing the project's copy there only. Two
-kinds of requirement stop the audit with one line (``AuditEnvError``): one on ``KEPT`` (the
-project's torch, torchvision and numpy: every compiled package of the project is built against
-them, so swapping them would audit a different numeric stack, not the release), and one that no
-release installs on this Python or that does not import beside the kept stack. Requirements the
-metadata cannot tell (``IMPLIED``: a release importing ``pkg_resources`` while declaring plain
-``setuptools``) are added when the release's import fails with their signature.
+What else goes into the overlay, and which declared pins it cannot meet, is resolved from metadata
+(``harness/audit_resolve.py``). A pin that cannot be met is tried, not refused: the release runs
+with the project's copy, the environment report names the pin (``Env.unmet``), and preparation
+stops with one line (``AuditEnvError``) only when the release does not work that way: it does not
+import, the adapter cannot read its catalogue, or (when a pin was not met) none of its attacks
+runs on two digits (``_INSPECT``'s smoke test).
+
+A release candidate is named by its version and a content hash (``content_hash``): the overlay's
+copy of its metadata says ``VERSION+c<hash>`` (a PEP 440 local label), so every row, manifest and
+report of its run names the candidate, not the release it was built from.
 
 Why not the alternatives: ``venv --system-site-packages`` run from a venv's interpreter layers
 on the *base* Python (pyenv's), not on the project venv, so torch is missing there; and running
@@ -31,20 +31,20 @@ rows, read by the workers, is the pinned release's.
 Environments live in ``$ATTACKAUDIT_CACHE/envs`` (else ``$XDG_CACHE_HOME/attackaudit/envs``,
 else ``~/.cache/attackaudit/envs``), one directory ``<dist>-<version>-<base>-<resolution>`` per
 release, where ``<base>`` names the base environment they are layered on and ``<resolution>``
-hashes what was resolved (the overlay's distributions and the project versions every requirement
-was checked against); one is reused only while those project versions are unchanged. They are built in a temporary
-directory under a file lock and renamed into place when they work, so a failed or interrupted
-preparation leaves nothing behind, and a finished one is reused.
+hashes what was resolved (the overlay's distributions, the unmet pins and the project versions
+every requirement was checked against); one is reused only while those project versions are
+unchanged. They are built in a temporary directory under a file lock and renamed into place when
+they work, so a failed or interrupted preparation leaves nothing behind, and a finished one is
+reused. ``$ATTACKAUDIT_PIP_ARGS`` (e.g. ``--no-index --find-links DIR``) is added to every pip
+call: offline audits from a local wheel directory.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
-import re
 import shutil
 import site
 import subprocess
@@ -55,21 +55,15 @@ import venv
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-try:
-    from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
-except ImportError:  # pragma: no cover - pip always vendors packaging
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.specifiers import SpecifierSet
-    from pip._vendor.packaging.utils import canonicalize_name
+from .audit_resolve import (EXTRAS, IMPLIED, KEPT, AuditEnvError, Requirement, Resolver, canonicalize_name,
+                            not_found, pip, pip_error, project_version, requirements_of, resolution_phrase,
+                            unmet_phrase)
+
+__all__ = ["AuditEnvError", "Env", "MARKER", "base_site_packages", "cache_root", "content_hash", "installed_version",
+           "is_current_interpreter", "prepare_env", "resolution_phrase", "run_under", "unmet_phrase"]
 
 MARKER = "attackaudit-env.json"
 _PTH = "_attackaudit_base.pth"
-
-
-class AuditEnvError(ValueError):
-    """A release's environment could not be prepared: one line naming the release and why."""
 
 
 def cache_root() -> Path:
@@ -90,11 +84,34 @@ def _base_tag() -> str:
     return hashlib.sha256(blob).hexdigest()[:8]
 
 
+#: what a source tree's content hash leaves out: build products and VCS metadata
+_TREE_SKIP = {".git", ".hg", "__pycache__", "build", "dist", ".tox", ".eggs", ".mypy_cache", ".pytest_cache"}
+
+
+def content_hash(path: str | Path) -> str:
+    """SHA-256 (first 12 hex digits) of a wheel's or sdist's bytes, or of a source tree's files
+    (relative paths and bytes, sorted; build products, caches and ``*.egg-info`` left out)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_file():
+        digest.update(path.read_bytes())
+        return digest.hexdigest()[:12]
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path)
+        if any(part in _TREE_SKIP or part.endswith(".egg-info") for part in rel.parts):
+            continue
+        digest.update(str(rel).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 @dataclass
 class Env:
     """A prepared release environment. ``resolved``: one record per distribution the overlay
     installed beside the release (``name``, ``version``, ``requirement``, ``required_by``,
-    ``project_version`` (None: the project lacks it), ``why``)."""
+    ``project_version`` (None: the project lacks it), ``why``); ``unmet``: the declared pins it
+    could not meet (the project's copy is used: ``requirement``, ``required_by``,
+    ``project_version``, ``why``); ``source``: a candidate's path ("" for a release from the
+    index) and ``content_hash`` its hash."""
 
     dist: str
     version: str
@@ -109,200 +126,25 @@ class Env:
     warnings: list[str] = field(default_factory=list)
     resolved: list[dict] = field(default_factory=list)
     key: str = ""
+    unmet: list[dict] = field(default_factory=list)
+    source: str = ""
+    content_hash: str = ""
 
     def line(self) -> str:
         how = "reused" if self.reused else "created"
-        extra = f"; {'; '.join(resolution_phrase(r) for r in self.resolved)}" if self.resolved else \
-            "; nothing to resolve beside the release"
-        return f"environment {self.dist}=={self.version}: {how} in {self.prepare_s:.1f} s ({self.path}{extra})"
-
-
-def resolution_phrase(record: dict) -> str:
-    """``shadowed setuptools 84.2.1 -> 81.0.0 (why)`` or ``added mnist 0.2.2 (why)``."""
-    if record.get("project_version"):
-        return f"shadowed {record['name']} {record['project_version']} -> {record['version']} ({record['why']})"
-    return f"added {record['name']} {record['version']} ({record['why']})"
+        phrases = [resolution_phrase(r) for r in self.resolved] + [unmet_phrase(u) for u in self.unmet]
+        extra = f"; {'; '.join(phrases)}" if phrases else "; nothing to resolve beside the release"
+        what = f"candidate {self.source} ({self.dist} {self.version})" if self.source else f"{self.dist}=={self.version}"
+        return f"environment {what}: {how} in {self.prepare_s:.1f} s ({self.path}{extra})"
 
 
 def _site_packages(env_dir: Path) -> Path:
     return env_dir / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-def _pip(args: list[str]) -> subprocess.CompletedProcess:
-    # the running interpreter's pip, writing only into --target: the base is never modified
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-                          capture_output=True, text=True)
-
-
-def _pip_error(output: str) -> str:
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("ERROR:") and "ignored" not in ln]
-    return (errors[-1] if errors else (lines[-1] if lines else "no output")).removeprefix("ERROR: ")
-
-
-def _not_found(cause: str) -> bool:
-    return "No matching distribution" in cause or "Could not find a version" in cause
-
-
-# -- resolution ---------------------------------------------------------------------------------
-#: the project's compiled stack, never replaced in an overlay (see the module docstring)
-KEPT = ("torch", "torchvision", "numpy")
-#: extras of a release the audit needs: the adapters drive the libraries' PyTorch side
-EXTRAS = ("pytorch",)
-#: (signature in the release's import error, requirement that cures it, why): what metadata cannot say
-IMPLIED = [(re.compile(r"No module named 'pkg_resources'"), "setuptools<82",
-            "the release imports pkg_resources, which setuptools 82 and later no longer ship")]
-
-
-def project_version(name: str) -> str | None:
-    """The version of ``name`` in the running (project) environment, None if absent."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def requirements_of(dist: importlib.metadata.Distribution, extras=()) -> list[Requirement]:
-    """``dist``'s declared requirements whose markers hold here, with those of ``extras`` it provides."""
-    provided = {canonicalize_name(e) for e in dist.metadata.get_all("Provides-Extra") or []}
-    wanted = [""] + [e for e in extras if canonicalize_name(e) in provided]
-    out = []
-    for text in dist.requires or []:
-        try:
-            req = Requirement(text)
-            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted):
-                out.append(req)
-        except Exception:  # a malformed line in some installed package's metadata: not ours to judge
-            continue
-    return out
-
-
-def shown(req: Requirement) -> str:
-    """``torchvision==0.3.0 (its pytorch extra)``: a requirement as a user reads it."""
-    text = f"{req.name}{req.specifier}"
-    extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", str(req.marker or ""))
-    return f"{text} (its {extra.group(1)} extra)" if extra else text
-
-
-def _top_level(dist: importlib.metadata.Distribution) -> list[str]:
-    text = dist.read_text("top_level.txt")
-    if text:
-        return [t for t in text.split() if t.isidentifier()]
-    names = set()
-    for f in dist.files or []:
-        head = f.parts[0]
-        if head.endswith((".dist-info", ".data", ".pth")) or head in ("bin", "..", "__pycache__"):
-            continue
-        names.add(head.removesuffix(".py"))
-    return sorted(n for n in names if n.isidentifier())
-
-
-def _who(release: str, by: str) -> str:
-    return f"{release}" if by == release else f"{release}: its requirement {by}"
-
-
-class _Resolver:
-    """Installs into the overlay ``sp`` what the release needs and the project lacks (see the
-    module docstring); ``records`` says what and why, ``consulted`` every project version a
-    requirement was checked against (the cache key)."""
-
-    def __init__(self, sp: Path, release: str):
-        self.sp, self.release = sp, release
-        self.records: list[dict] = []
-        self.consulted: dict[str, str | None] = {}
-        self.warnings: list[str] = []
-
-    def overlay(self) -> dict[str, importlib.metadata.Distribution]:
-        return {canonicalize_name(d.metadata["Name"]): d for d in importlib.metadata.distributions(path=[str(self.sp)])}
-
-    def run(self, needs: list[tuple[Requirement, str, str | None]]) -> None:
-        """Resolve ``needs`` ((requirement, who requires it, why if not the project's version)),
-        then the requirements of what that installs, until nothing is missing."""
-        while needs:
-            batch: dict[str, dict] = {}
-            overlay = self.overlay()
-            for req, by, why in needs:
-                name = canonicalize_name(req.name)
-                if name in overlay:
-                    here = overlay[name].version
-                    if not req.specifier.contains(here, prereleases=True):
-                        raise AuditEnvError(f"{_who(self.release, by)} requires {shown(req)}, but its environment already holds "
-                                            f"{name} {here} for another requirement; no single {name} satisfies both")
-                    continue
-                have = project_version(name)
-                self.consulted[name] = have
-                if have is not None and req.specifier.contains(have, prereleases=True):
-                    continue
-                if name in KEPT:
-                    raise AuditEnvError(f"{_who(self.release, by)} requires {shown(req)}, which conflicts with the project's "
-                                        f"{name} {have or '(not installed)'} (an audit keeps the project's "
-                                        f"{', '.join(KEPT)})")
-                entry = batch.setdefault(name, {"specifier": SpecifierSet(), "by": [], "extras": set(), "why": [],
-                                                "have": have})
-                entry["specifier"] &= req.specifier
-                entry["by"].append(by)
-                entry["extras"] |= req.extras
-                entry["why"].append(why or (f"{by} requires {shown(req)}; the project "
-                                            + ("lacks it" if have is None else f"has {have}")))
-            if not batch:
-                return
-            self._install(batch)
-            overlay, needs = self.overlay(), []
-            for name, e in batch.items():
-                got = overlay[name]
-                self._check_project_users(name, got.version, e["by"][0])
-                self.records.append({"name": name, "version": got.version, "requirement": f"{name}{e['specifier']}",
-                                     "required_by": sorted(set(e["by"])), "project_version": e["have"],
-                                     "why": "; ".join(dict.fromkeys(e["why"]))})
-                needs += [(r, f"{name}=={got.version}", None) for r in requirements_of(got, sorted(e["extras"]))]
-
-    def _install(self, batch: dict[str, dict]) -> None:
-        args = {name: f"{name}{e['specifier']}" for name, e in batch.items()}
-        proc = _pip(["install", "--no-deps", "--prefer-binary", "--target", str(self.sp), *args.values()])
-        if proc.returncode == 0:
-            return
-        for name, arg in args.items():  # name the requirement that cannot be installed
-            one = _pip(["install", "--no-deps", "--prefer-binary", "--target", str(self.sp), arg])
-            if one.returncode != 0:
-                cause = _pip_error(one.stdout + "\n" + one.stderr)
-                if _not_found(cause):
-                    cause = f"no release of {name} matching it installs on Python {platform.python_version()} ({cause})"
-                raise AuditEnvError(f"{self.release}: cannot install its requirement {arg} "
-                                    f"(from {', '.join(batch[name]['by'])}): {cause}")
-        raise AuditEnvError(f"{self.release}: cannot install its requirements {', '.join(args.values())}: "
-                            f"{_pip_error(proc.stdout + chr(10) + proc.stderr)}")
-
-    def _check_project_users(self, name: str, version: str, by: str) -> None:
-        """A shadowed ``name`` must still satisfy the kept stack; other project packages that ask
-        for another version are named in the warnings (the import check is the arbiter there)."""
-        for d in importlib.metadata.distributions():
-            for r in requirements_of(d):
-                if canonicalize_name(r.name) != name or r.specifier.contains(version, prereleases=True):
-                    continue
-                user = canonicalize_name(d.metadata["Name"])
-                if user in KEPT:
-                    raise AuditEnvError(f"{self.release}: {by} needs {name} {version}, which conflicts with the "
-                                        f"project's {user} {d.version} (it requires {r}; an audit keeps the "
-                                        f"project's {', '.join(KEPT)})")
-                self.warnings.append(f"the project's {user} {d.version} asks for {r}; the environment of "
-                                     f"{self.release} has {name} {version}")
-
-    def failing(self, python: str) -> tuple[dict, str] | None:
-        """The first resolved distribution that does not import under ``python``, and why."""
-        overlay = self.overlay()
-        for rec in self.records:
-            modules = _top_level(overlay[rec["name"]])
-            proc = subprocess.run([python, "-c", "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)",
-                                   *modules], capture_output=True, text=True)
-            if proc.returncode != 0:
-                lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-                return rec, (lines[-1] if lines else f"exit code {proc.returncode}")
-        return None
-
-
 _INSPECT = r"""
 import importlib, importlib.metadata as M, json, sys
-dist, library = sys.argv[1], sys.argv[2]
+dist, library, smoke = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 out = {"version": None, "available": False, "reason": "", "specs": []}
 try:
     out["version"] = M.version(dist)
@@ -315,14 +157,30 @@ try:
     from attackaudit.adapters import load_library
     entry = load_library(library)
     out.update(available=entry.available, reason=entry.reason, specs=[s.key for s in entry.specs])
+    if smoke and entry.available:  # a pin went unmet: do its attacks run with the project's copies?
+        import torch
+        from attackaudit.data import load_subset
+        from attackaudit.zoo import load_model
+        sub, model = load_subset("digits", 2, 0), load_model("digits-mlp")
+        errors = {}
+        for spec in entry.specs:
+            kw = {"eps": torch.full((2,), 0.1) if spec.per_sample_eps else 0.1} if spec.kind == "fixed" else {}
+            try:
+                spec.scaled(0.01).run(model, sub.inputs.clone(), sub.labels.clone(), **kw)
+            except Exception as exc:
+                errors[spec.key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        out["smoke_errors"] = errors
+        if errors and len(errors) == len(entry.specs):
+            out.update(available=False, reason="none of its attacks runs: " + next(iter(errors.values())))
 except Exception as exc:
     out["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
 print("ATTACKAUDIT-ENV " + json.dumps(out))
 """
 
 
-def _inspect(python: str, dist: str, library: str) -> dict:
-    proc = subprocess.run([python, "-c", _INSPECT, dist, library], capture_output=True, text=True)
+def _inspect(python: str, dist: str, library: str, smoke: bool = False) -> dict:
+    proc = subprocess.run([python, "-c", _INSPECT, dist, library, "1" if smoke else "0"], capture_output=True,
+                          text=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("ATTACKAUDIT-ENV "):
             return json.loads(line.removeprefix("ATTACKAUDIT-ENV "))
@@ -339,46 +197,71 @@ def _stack() -> str:
     return ", ".join(f"{k} {project_version(k)}" for k in KEPT if project_version(k))
 
 
-def _build(tmp: Path, dist: str, version: str, library: str) -> tuple[list[str], _Resolver]:
-    """Create the environment in ``tmp``; (specs, its resolution) or AuditEnvError."""
-    release = f"{dist}=={version}"
+def _label_candidate(sp: Path, dist: str, digest: str) -> str:
+    """Rewrite the overlay's metadata of the installed candidate to ``VERSION+c<digest>``; returns it."""
+    installed = Resolver(sp, dist).overlay()[canonicalize_name(dist)]
+    metadata = next(Path(installed.locate_file(f)) for f in installed.files or []
+                    if f.name == "METADATA" and f.parent.name.endswith(".dist-info"))
+    version = installed.version.split("+")[0] + f"+c{digest}"
+    text = metadata.read_text(encoding="utf-8")
+    metadata.write_text(text.replace(f"\nVersion: {installed.version}\n", f"\nVersion: {version}\n", 1),
+                        encoding="utf-8")
+    return version
+
+
+def _install_release(sp: Path, dist: str, version: str, source: str) -> tuple[str, str]:
+    """``pip install --no-deps`` the release (or the candidate at ``source``) into ``sp``;
+    (how to name it, its version)."""
+    release = f"{dist}=={version}" if not source else f"{dist}@{source}"
+    proc = pip(["install", "--no-deps", "--target", str(sp), source or release])
+    if proc.returncode != 0:
+        cause = pip_error(proc.stdout + "\n" + proc.stderr)
+        if not_found(cause):
+            cause = f"no such release on the package index ({cause})"
+        raise AuditEnvError(f"cannot install {release}: {cause}")
+    if source:
+        if canonicalize_name(dist) not in Resolver(sp, release).overlay():
+            raise AuditEnvError(f"{source} does not build a {dist} distribution")
+        version = _label_candidate(sp, dist, version)
+    return release, version
+
+
+def _build(tmp: Path, dist: str, version: str, library: str, source: str = "") -> tuple[dict, Resolver]:
+    """Create the environment in ``tmp``; (its inspection, its resolution) or AuditEnvError.
+    For a candidate (``source``), ``version`` is its content hash."""
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(tmp)
     sp = _site_packages(tmp)
     sp.mkdir(parents=True, exist_ok=True)
     (sp / _PTH).write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in base_site_packages()))
-    proc = _pip(["install", "--no-deps", "--target", str(sp), release])
-    if proc.returncode != 0:
-        cause = _pip_error(proc.stdout + "\n" + proc.stderr)
-        if _not_found(cause):
-            cause = f"no such release on the package index ({cause})"
-        raise AuditEnvError(f"cannot install {release}: {cause}")
-    resolver = _Resolver(sp, release)
+    release, version = _install_release(sp, dist, version, source)
+    resolver = Resolver(sp, release)
     resolver.run([(r, release, None) for r in requirements_of(resolver.overlay()[canonicalize_name(dist)], EXTRAS)])
     python, applied = str(tmp / "bin" / "python"), set()
     while True:
-        info = _inspect(python, dist, library)
+        info = _inspect(python, dist, library, smoke=bool(resolver.unmet))
         cure = next(((req, why) for sig, req, why in IMPLIED
                      if sig.search(info["reason"] or "") and req not in applied), None)
-        if info["available"] or cure is None:
+        if cure is not None:
+            applied.add(cure[0])
+            resolver.run([(Requirement(cure[0]), release, cure[1])])
+            continue
+        culprit = None if info["available"] else resolver.failing(python)
+        if culprit is None:
             break
-        applied.add(cure[0])
-        resolver.run([(Requirement(cure[0]), release, cure[1])])
+        # a requirement that does not import beside the kept stack: try the project's copy
+        rec, why = culprit
+        resolver.drop(rec, f"does not import beside the project's {_stack()}: {why}")
     if info["version"] != version:
         raise AuditEnvError(f"{release}: the environment resolves {dist} {info['version']}, not {version} "
                             f"(the pinned release does not shadow the installed one)")
-    if not info["available"] and info.get("imports"):
+    unmet = "".join(f"; {unmet_phrase(u)}" for u in resolver.unmet)
+    if not info["available"] and info.get("imports") and not info["reason"].startswith("none of its attacks"):
         raise AuditEnvError(f"{release} imports, but attackaudit's {library} adapter fails on it "
-                            f"({info['reason']}); the adapter must detect this release's API")
+                            f"({info['reason']}); the adapter must detect this release's API{unmet}")
     if not info["available"]:
-        culprit = resolver.failing(python)
-        if culprit is not None:
-            rec, why = culprit
-            raise AuditEnvError(f"{release}: its requirement {rec['requirement']} resolves to {rec['name']} "
-                                f"{rec['version']} (the newest that installs on Python {platform.python_version()}), "
-                                f"which does not import beside the project's {_stack()}: {why}")
-        raise AuditEnvError(f"{release} does not import here (Python {platform.python_version()}, {_stack()}): "
-                            f"{info['reason']}")
-    return info["specs"], resolver
+        raise AuditEnvError(f"{release} does not work here (Python {platform.python_version()}, {_stack()}): "
+                            f"{info['reason']}{unmet}")
+    return info, resolver
 
 
 def _still_valid(env_dir: Path) -> dict | None:
@@ -388,32 +271,39 @@ def _still_valid(env_dir: Path) -> dict | None:
         return None
     meta = json.loads(marker.read_text())
     consulted = meta.get("consulted")
-    if consulted is None or any(project_version(n) != v for n, v in consulted.items()):
+    if consulted is None or "unmet" not in meta or any(project_version(n) != v for n, v in consulted.items()):
         return None  # an older layout, or the project changed what the resolution relied on
     return meta
 
 
-def prepare_env(dist: str, version: str, library: str, *, cache: Path | None = None) -> Env:
-    """The environment of ``dist==version`` (created once, then reused while its resolution
-    holds); AuditEnvError (one line) if the release, or a requirement the project does not
-    satisfy, cannot be installed or does not import beside the project's kept stack."""
+def prepare_env(dist: str, version: str, library: str, *, cache: Path | None = None, source: str | Path = "") -> Env:
+    """The environment of ``dist==version``, or of the candidate at ``source`` (a wheel, an sdist
+    or a source tree; ``version`` is then ignored), created once and reused while its resolution
+    holds; AuditEnvError (one line) when the release cannot be installed or does not work beside
+    the project's kept stack (see the module docstring)."""
     start = time.perf_counter()
     envs = (cache or cache_root()) / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    prefix = f"{dist}-{version}-{_base_tag()}"
+    source = str(Path(source).resolve()) if source else ""
+    if source and not Path(source).exists():
+        raise AuditEnvError(f"release candidate {source} does not exist (give a wheel, an sdist or a source tree)")
+    digest = content_hash(source) if source else ""
+    prefix = f"{dist}-{'c' + digest if source else version}-{_base_tag()}"
     with open(envs / f"{prefix}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one preparation per release at a time, across processes
         for final in sorted(envs.glob(f"{prefix}-*")):
             meta = _still_valid(final)
             if meta is not None:
-                return Env(dist, version, library, str(final), str(final / "bin" / "python"),
-                           str(_site_packages(final)), True, time.perf_counter() - start, meta.get("specs", []),
-                           meta.get("added_requirements", []), meta.get("warnings", []), meta.get("resolved", []),
-                           meta.get("key", ""))
+                kept = {k: meta[k] for k in ("version", "specs", "added_requirements", "warnings", "resolved", "key",
+                                             "unmet", "source", "content_hash") if k in meta}
+                return Env(**{**kept, "dist": dist, "library": library, "path": str(final),
+                              "python": str(final / "bin" / "python"), "site_packages": str(_site_packages(final)),
+                              "reused": True, "prepare_s": time.perf_counter() - start})
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}.", dir=envs))
         try:
-            specs, resolver = _build(tmp, dist, version, library)
+            info, resolver = _build(tmp, dist, digest or version, library, source)
             blob = json.dumps([sorted((r["name"], r["version"]) for r in resolver.records),
+                               sorted(u["requirement"] for u in resolver.unmet),
                                sorted(resolver.consulted.items(), key=lambda kv: kv[0])], default=str)
             key = hashlib.sha256(blob.encode()).hexdigest()[:8]
             final = envs / f"{prefix}-{key}"
@@ -422,9 +312,12 @@ def prepare_env(dist: str, version: str, library: str, *, cache: Path | None = N
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        env = Env(dist, version, library, str(final), str(final / "bin" / "python"), str(_site_packages(final)),
-                  False, time.perf_counter() - start, specs,
-                  [f"{r['name']}=={r['version']}" for r in resolver.records], resolver.warnings, resolver.records, key)
+        warnings = resolver.warnings + [f"{k} does not run in this environment: {e}"
+                                        for k, e in info.get("smoke_errors", {}).items()]
+        env = Env(dist, info["version"], library, str(final), str(final / "bin" / "python"),
+                  str(_site_packages(final)), False, time.perf_counter() - start, info["specs"],
+                  [f"{r['name']}=={r['version']}" for r in resolver.records], warnings, resolver.records, key,
+                  resolver.unmet, source, digest)
         meta = {**asdict(env), "consulted": resolver.consulted, "base_site_packages": base_site_packages(),
                 "base_prefix": sys.prefix, "installed_version": installed_version(dist),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
