@@ -1,4 +1,4 @@
-"""``attackaudit`` command line: attacks, models, run, report, compare, audit, exact.
+"""``attackaudit`` command line: attacks, models, run, report, compare, explain, audit, exact.
 
 Usage and input errors print one line on stderr and exit with code 2.
 """
@@ -198,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="diff of two runs: per-implementation verdicts")
     report_command.add_compare_arguments(p)
     p.set_defaults(func=_guarded(report_command.compare_main))
+
+    from attackaudit.reports import explain as explain_command
+
+    p = sub.add_parser("explain", help="one implementation's story: flags, trust and why, ξ per model, "
+                                       "the images where it falls furthest behind the envelope")
+    explain_command.add_arguments(p)
+    p.set_defaults(func=_guarded(explain_command.main))
 
     p = sub.add_parser("exact", help="exact minimal L∞/L1 distances of a small ReLU net by MILP")
     exact_command.add_arguments(p)

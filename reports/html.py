@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 from datetime import datetime, timezone
 from typing import Iterable
 
 import pandas as pd
 
 from . import text as T
-from .plots import curve_svg, family_svg
-from .svg import Svg
+from .answer import anchor as answer_anchor
+from .html_parts import Plots, esc, figure, table
+from .plots import curve_svg
 from .tables import ReportData
-
-
-def esc(value: object) -> str:
-    return html.escape(T.f_text(value), quote=True)
 
 
 SORT_SCRIPT = """(function(){
@@ -78,30 +74,6 @@ code{background:var(--soft);padding:0 3px;border-radius:3px}
 """
 
 
-def _td(col: T.Col, value: object, extra_class: str = "") -> str:
-    classes = [c for c in ("num" if col.numeric else "", extra_class) if c]
-    cls = f' class="{" ".join(classes)}"' if classes else ""
-    sort = f' data-sort="{esc(T.sort_key(value))}"' if col.numeric else ""
-    return f"<td{cls}{sort}>{esc(col.fmt(value))}</td>"
-
-
-def table(frame: pd.DataFrame, cols: Iterable[T.Col], *, caption: str = "", classes: dict[str, str] | None = None,
-          row_class=None) -> str:
-    """A sortable table of ``frame``'s ``cols`` (absent columns are skipped)."""
-    cols = [c for c in cols if c.key in frame.columns]
-    classes = classes or {}
-    head = "".join(f'<th scope="col"{f" title={chr(34)}{esc(c.tip)}{chr(34)}" if c.tip else ""}>{esc(c.header)}</th>'
-                   for c in cols)
-    body = []
-    for _, r in frame.iterrows():
-        rc = row_class(r) if row_class else ""
-        cells = "".join(_td(c, r[c.key], classes.get(c.key, "")) for c in cols)
-        body.append(f'<tr{f" class={chr(34)}{esc(rc)}{chr(34)}" if rc else ""}>{cells}</tr>')
-    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return (f'<div class="table-wrap"><table class="sortable">{cap}<thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
-
-
 def _anchor(*parts: object) -> str:
     raw = "-".join(str(p) for p in parts)
     return "s" + hashlib.sha1(raw.encode()).hexdigest()[:10]
@@ -114,41 +86,21 @@ def _ul(items: Iterable[str], cls: str = "") -> str:
     return f'<ul{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>' + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
-def _figure(svg: str, caption: str, label: str) -> str:
-    # the SVG comes from reports/svg.py: paths and glyph outlines only, no text, no comments
-    return (f'<figure role="img" aria-label="{esc(label)}">{svg}'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
-
-
-class _Plots:
-    """The report's plots inlined: the first one placed carries the CSS and every shared
-    definition (glyphs, markers) of all of them, the others refer to those (ids are document-wide
-    in HTML), so a glyph's outline is in the page once, not once per plot."""
-
-    def __init__(self, plots: list[Svg]):
-        self.defs: dict[str, str] = {}
-        for p in plots:
-            self.defs.update(p.defs)
-        self.placed = False
-
-    def inline(self, plot: Svg) -> str:
-        if self.placed:
-            return plot.element()
-        self.placed = True
-        return plot.element(self.defs, style=True)
-
-
 def render_html(data: ReportData, generated: str | None = None) -> str:
-    """The whole report as one HTML document (str)."""
+    """The whole report as one HTML document (str): the answer on the first screen, the contents
+    in a side bar, every verdict and flag linked to its evidence."""
+    from .answer_html import answer_section, answers, evidence_plots, evidence_section, flag_rows_html
+
     s = data.summary
     generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    toc: list[tuple[str, str, list[tuple[str, str]]]] = []  # (anchor, title, children)
-    parts: list[str] = []
+    toc: list[tuple[str, str, list[tuple[str, str]]]] = [("answer", "Which implementation to trust", [])]
+    found = answers(data)
+    parts: list[str] = [answer_section(data, found)]
 
     # -- summary ------------------------------------------------------------------------
     toc.append(("summary", "Summary and recommendation", []))
     facts = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in T.facts(data))
-    parts.append('<section id="summary"><h2>1. Summary and recommendation</h2>'
+    parts.append('<section id="summary"><h2>Summary and recommendation</h2>'
                  f'<p class="explain">{esc(T.EXPLAIN_SUMMARY)}</p>'
                  f'<h3>What ran</h3><dl class="facts">{facts}</dl>'
                  f'<h3>Findings</h3>{_ul(T.findings(data), "findings")}')
@@ -156,10 +108,16 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
         parts.append("<h3>Skipped attacks</h3>" + _ul(f"{x.get('attack', '?')}: {x.get('reason', '')}"
                                                        for x in s["skipped"]))
     rec = T.recommendation_rows(data)
-    parts.append(f'<h3 id="recommendation">Which implementation to trust</h3><p class="explain">{esc(T.EXPLAIN_RECOMMEND)}</p>')
+    parts.append(f'<h3 id="recommendation">Which implementation to trust, in full</h3><p class="explain">{esc(T.EXPLAIN_RECOMMEND)}</p>')
     parts.append(table(rec, T.RECOMMEND_COLS, classes={"trust": "trusted"}) if len(rec)
                  else "<p>No implementation produced results.</p>")
     parts.append("</section>")
+
+    plots = Plots([curve_svg(data, i) for i in range(len(data.curves))])
+    for svg in evidence_plots(data, found).values():
+        plots.defs.update(svg.defs)
+    toc.append(("evidence", "Evidence for each answer", []))
+    parts.append(evidence_section(data, found, plots))
 
     # -- leaderboard --------------------------------------------------------------------
     children = []
@@ -171,22 +129,19 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
         body.append(f'<h3 id="{anchor}">{esc(norm)} — {len(g)} implementations, reference ε = {esc(T.f_dist(ref))}</h3>')
         body.append(table(g, T.LEADERBOARD_COLS, classes={"flags": "flagged"}))
     toc.append(("leaderboard", "Leaderboard per norm", children))
-    parts.append(f'<section id="leaderboard"><h2>2. Leaderboard per norm</h2><p class="explain">{esc(T.EXPLAIN_LEADERBOARD)}</p>'
+    parts.append(f'<section id="leaderboard"><h2>Leaderboard per norm</h2><p class="explain">{esc(T.EXPLAIN_LEADERBOARD)}</p>'
                  + "".join(body) + "</section>")
 
     # -- robustness curves --------------------------------------------------------------
-    with_plot = [f for f in data.families if f["widest"] is not None and len(f["widest"].dist_a)]
-    plots = _Plots([curve_svg(data, i) for i in range(len(data.curves))]
-                   + [family_svg(data, f["index"]) for f in with_plot])
     children, body = [], []
     for i, curve in enumerate(data.curves):
         anchor = _anchor("curve", curve.model, curve.norm)
         children.append((anchor, f"{curve.model} · {curve.norm}"))
         body.append(f'<h3 id="{anchor}">{esc(curve.model)} · {esc(curve.norm)}</h3>')
-        body.append(_figure(plots.inline(curve_svg(data, i)), T.curve_caption(curve),
+        body.append(figure(plots.inline(curve_svg(data, i)), T.curve_caption(curve),
                             f"robust accuracy against epsilon, {curve.model}, {curve.norm}"))
     toc.append(("curves", "Robust accuracy against ε", children))
-    parts.append(f'<section id="curves"><h2>3. Robust accuracy against ε</h2><p class="explain">{esc(T.EXPLAIN_CURVES)}</p>'
+    parts.append(f'<section id="curves"><h2>Robust accuracy against ε</h2><p class="explain">{esc(T.EXPLAIN_CURVES)}</p>'
                  + "".join(body) + "</section>")
 
     # -- alignment ----------------------------------------------------------------------
@@ -196,7 +151,7 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
     if not shared:
         body.append('<p class="note">No attack family was run by two or more libraries, so there is no '
                     'cross-library alignment. The families below have several variants within one library.</p>')
-    for i, fam in enumerate(shared + variants):
+    for fam in shared + variants:
         anchor = _anchor("fam", fam["family"], fam["norm"])
         kind = "" if fam["cross_library"] else " (one library)"
         children.append((anchor, f"{fam['family']} · {fam['norm']}{kind}"))
@@ -208,16 +163,17 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
             body.append("<p><strong>Paired tests</strong> (A against B on the samples that needed an attack, "
                         "all models pooled):</p>")
             body.append(table(pooled, T.PAIR_COLS))
-        if len(per_model):
-            body.append(f"<details><summary>The same tests per model ({len(per_model)} rows)</summary>"
-                        + table(per_model, T.PAIR_COLS) + "</details>")
-        if fam["widest"] is not None and len(fam["widest"].dist_a):
-            body.append(_figure(plots.inline(family_svg(data, fam["index"])), T.pair_sentence(fam["widest"]),
-                                f"per-sample distances, {fam['family']}, {fam['norm']}"))
+        if len(per_model):  # in the tables, not the page: they would double its size
+            body.append(f'<p class="explain">The same tests per model ({len(per_model)} rows): alignment_pairs.csv '
+                        "beside this report.</p>")
+        # the per-image scatter is in the answer's evidence (the comparison behind the verdict);
+        # a second one per family here would add a sixth of the page
+        body.append(f'<p><a href="#{answer_anchor("answer", fam["family"], fam["norm"])}">Per-image comparison and '
+                    "trust set of this family and norm</a></p>")
     if not data.families:
         body.append("<p>No family has more than one implementation in this run.</p>")
     toc.append(("alignment", "Alignment of shared families", children))
-    parts.append(f'<section id="alignment"><h2>4. Alignment of shared families</h2><p class="explain">{esc(T.EXPLAIN_ALIGNMENT)}</p>'
+    parts.append(f'<section id="alignment"><h2>Alignment of shared families</h2><p class="explain">{esc(T.EXPLAIN_ALIGNMENT)}</p>'
                  + "".join(body) + "</section>")
 
     # -- flags --------------------------------------------------------------------------
@@ -226,28 +182,26 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
     if len(data.flags):
         counts = data.flags.groupby("flag").size()
         body.append(_ul(f"{flag} ({n}): {T.flag_meaning(flag)}" for flag, n in counts.items()))
-        body.append(table(T.flag_rows(data.flags), T.FLAG_COLS, classes={"flag": "flagged", "evidence": "evidence"}))
+        body.append(flag_rows_html(data))
     else:
         body.append("<p>No flags: every implementation ran cleanly and none is significantly weaker than the best "
                     "of its family.</p>")
-    parts.append('<section id="flags"><h2>5. Flags</h2>' + "".join(body) + "</section>")
+    parts.append('<section id="flags"><h2>Flags</h2>' + "".join(body) + "</section>")
 
     # -- crashes ------------------------------------------------------------------------
     toc.append(("crashes", "Crashes, timeouts and invalid output", []))
     body = [f'<p class="explain">{esc(T.EXPLAIN_CRASHES)}</p>']
     body.append(table(data.crashes, T.CRASH_COLS, classes={"cause": "cause"}) if len(data.crashes)
                 else "<p>None: every job finished.</p>")
-    parts.append('<section id="crashes"><h2>6. Crashes, timeouts and invalid output</h2>' + "".join(body) + "</section>")
+    parts.append('<section id="crashes"><h2>Crashes, timeouts and invalid output</h2>' + "".join(body) + "</section>")
 
-    n = 7
     if data.true_optimality is not None and len(data.true_optimality):
         toc.append(("exact", "Against exact distances", []))
-        parts.append(f'<section id="exact"><h2>{n}. Against exact distances</h2><p class="explain">{esc(T.EXPLAIN_EXACT)}</p>'
+        parts.append(f'<section id="exact"><h2>Against exact distances</h2><p class="explain">{esc(T.EXPLAIN_EXACT)}</p>'
                      + table(data.true_optimality, T.EXACT_COLS) + "</section>")
-        n += 1
 
     toc.append(("implementations", "Implementations and parameters", []))
-    parts.append(f'<section id="implementations"><h2>{n}. Implementations and parameters</h2>'
+    parts.append('<section id="implementations"><h2>Implementations and parameters</h2>'
                  + table(data.implementations, T.IMPL_COLS, classes={"params": "params"}) + "</section>")
 
     nav = ['<nav class="toc" aria-label="Contents"><strong>Contents</strong><ol>']
@@ -259,36 +213,53 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
     nav.append("</ol></nav>")
 
     title = "attackaudit report — " + (", ".join(s["run_names"]) or "results")
-    return _document(title, "<h1>Attack implementation audit</h1>"
-                     f'<p class="meta">{esc(", ".join(s["runs"]) or "result table")} · generated {esc(generated)} by attackaudit</p>'
-                     '<p class="lead">Which implementation of each attack to trust, and where the libraries disagree. '
-                     "Same models, same samples, same query budget for every implementation.</p>"
-                     + "".join(nav) + "".join(parts))
+    header = ('<header class="top"><h1>Attack implementation audit</h1>'
+              f'<p class="ran"><strong>What ran:</strong> {esc(T.ran_line(data))}</p></header>')
+    footer = (f'<p class="meta">{esc(", ".join(s["runs"]) or "result table")} · generated {esc(generated)} by '
+              "attackaudit · same models, same samples, same query budget for every implementation</p>")
+    return _document(title, header + "".join(parts) + footer, side='<aside class="side">' + "".join(nav) + "</aside>")
 
 
-def _document(title: str, body: str) -> str:
+def _document(title: str, body: str, side: str = "") -> str:
     script_hash = base64.b64encode(hashlib.sha256(SORT_SCRIPT.encode()).digest()).decode()
     csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
            f"script-src 'sha256-{script_hash}'; base-uri 'none'; form-action 'none'")
+    from .answer_html import STYLE as ANSWER_STYLE
+
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body><main>"
+            f"<title>{esc(title)}</title><style>{STYLE}{ANSWER_STYLE}</style></head>"
+            f"<body{' class=' + chr(34) + 'with-side' + chr(34) if side else ''}>{side}<main>"
             + body + f"<script>{SORT_SCRIPT}</script></main></body></html>\n")
 
 
-def render_compare_html(diff: pd.DataFrame, run_a: str, run_b: str, generated: str | None = None) -> str:
-    """The release audit of two runs (``fidelity.diff``) as one self-contained HTML page."""
+def render_compare_html(diff: pd.DataFrame, run_a: str, run_b: str, generated: str | None = None,
+                        tables: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
+    """The release audit of two runs (``fidelity.diff``) as one self-contained HTML page: on the
+    first screen what regressed, improved and could not be run, one line of evidence each, each
+    linked to its evidence; ``tables`` (run A's and run B's result rows) add the per-image scatter
+    of A's distances against B's and the jobs B could not run (status "unsupported")."""
+    from .answer_html import (compare_evidence, compare_first_screen, could_not_run, diff_anchor,
+                              unsupported_statuses)
+
     generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     counts = diff["verdict"].value_counts() if len(diff) else pd.Series(dtype=int)
     summary = ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to compare"
     order = {"regressed": 0, "improved": 1, "new": 2, "removed": 3, "unchanged": 4}
     rows = diff.assign(_o=diff["verdict"].map(order).fillna(9)).sort_values(["_o", "implementation", "norm"]) \
         if len(diff) else diff
+    statuses = unsupported_statuses(tables)
     lines = [T.verdict_line(r) for _, r in rows.iterrows()]
-    body = (f"<h1>Release audit</h1><p class=\"meta\">A: {esc(run_a)} · B: {esc(run_b)} · generated {esc(generated)} "
-            f"by attackaudit</p><section id=\"diff\"><h2>Changes from A to B</h2>"
+    body = (f'<header class="top"><h1>Release audit</h1><p class="ran"><strong>A:</strong> {esc(run_a)} → '
+            f"<strong>B:</strong> {esc(run_b)} · {esc(summary)}</p></header>"
+            f'<section id="answer"><h2>What changed from A to B</h2>{compare_first_screen(rows, statuses)}</section>'
+            + compare_evidence(rows, tables, statuses)
+            + f"<section id=\"diff\"><h2>Every implementation</h2>"
             f"<p class=\"explain\">{esc(T.EXPLAIN_DIFF)}</p><p><strong>{esc(summary)}</strong></p>"
-            + _ul(lines) + table(rows, T.DIFF_COLS, classes={"verdict": "flagged"}) + "</section>")
+            + _ul(lines) + table(rows, T.DIFF_COLS, classes={"verdict": "flagged"},
+                                 links={"verdict": lambda r: diff_anchor(r) if r["verdict"] in ("regressed", "improved")
+                                        or could_not_run(r, statuses) else ""})
+            + f'<p class="meta">generated {esc(generated)} by attackaudit</p></section>')
     return _document(f"attackaudit compare — {run_a} vs {run_b}", body)

@@ -26,6 +26,12 @@ def _steps(d: np.ndarray, x_max: float) -> tuple[np.ndarray, np.ndarray]:
     return np.append(eps, x_max), np.append(acc, acc[-1])
 
 
+def impl_label(key: tuple[str, str]) -> str:
+    """How every plot names an implementation (the same string everywhere, so its outline is
+    drawn once per page): "name version", cut to fit a legend."""
+    return shorten(f"{key[0]} {key[1]}".strip(), 46)
+
+
 def _step_path(ax: Axes, x: np.ndarray, y: np.ndarray) -> str:
     """A post-step curve through (x, y) as path data: only its change points, as H and V moves."""
     px, py = ax.x(x), ax.y(y)
@@ -77,12 +83,12 @@ def robustness_svg(curve: Curve, prefix: str = "", colors: dict | None = None, m
     legend = []
     for key in order[:max_lines]:
         i = colors.get(key, 0)
-        cls = f"aa-ln aa-impl aa-c{i % 10}" + (f" aa-d{(i // 10) % _STYLES}" if (i // 10) % _STYLES else "")
+        cls = _impl_class(i)
         x, y = _steps(curve.by_impl[key], x_max)
         canvas.path(_step_path(ax, x, y), cls)
         xi = curve.optimality.get(key, float("nan"))
-        name = key[0] + (f" {key[1]}" if key[1] else "")
-        legend.append((cls, shorten(f"{name}  ξ={xi:.3f}")))
+        # two decimals: at most 101 distinct labels, each one shared outline per page (the tables have three)
+        legend.append((cls, f"{impl_label(key)} ξ={xi:.2f}"))
     x, y = _steps(curve.d_star, x_max)
     canvas.path(_step_path(ax, x, y), "aa-ln aa-env")
     legend.append(("aa-ln aa-env", "envelope (best per sample)"))
@@ -111,8 +117,9 @@ def scatter_svg(pair: Pair, prefix: str = "") -> Svg:
     lim = fail * 1.05
     side = 288.0                                    # square plot area (equal aspect)
     ax = Axes(canvas, 64.5 + (322.6 - side) / 2, 28.8, side, side, (0.0, lim), (0.0, lim))
-    ax.frame(shorten(f"{pair.a[0]} {pair.a[1]}  ({pair.norm})", 60), shorten(f"{pair.b[0]} {pair.b[1]}  ({pair.norm})", 60),
-             shorten(f"{pair.family} · {pair.norm}: ξ {pair.optimality_a:.3f} vs {pair.optimality_b:.3f}", 80), 6, 6)
+    # the axes are named exactly as the legends name an implementation: one shared outline each
+    ax.frame(impl_label(pair.a), impl_label(pair.b),
+             shorten(f"{pair.family} · {pair.norm}", 80), 6, 6)
     canvas.line(float(ax.x(0)), float(ax.y(0)), float(ax.x(lim)), float(ax.y(lim)), "aa-ln aa-diag")
     if (~np.isfinite(a)).any() or (~np.isfinite(b)).any():
         fx, fy = float(ax.x(fail)), float(ax.y(fail))
@@ -144,3 +151,34 @@ def curve_svg(data, i: int) -> Svg:
 def family_svg(data, j: int) -> Svg:
     """The scatter plot of the two implementations of ``data.families[j]`` that differ most."""
     return data.svg(f"pair{j}", lambda: scatter_svg(data.families[j]["widest"], f"p{j}"))
+
+
+def members_svg(curves: list[Curve], keys: list[tuple[str, str]], colors: dict | None = None) -> Svg:
+    """The robustness curves of ``keys`` (a trust set, or the implementations a verdict is about)
+    against the envelope, over the images of every model in ``curves`` (one norm) pooled: one
+    small plot, legend below (the per-model curves are the report's robustness plots)."""
+    colors = colors or {k: i for i, k in enumerate(keys)}
+    legend = [(_impl_class(colors.get(k, i)), impl_label(k))
+              for i, k in enumerate(keys)] + [("aa-ln aa-env", "envelope (best per image)")]
+    canvas = Canvas(300.0, 176.0 + len(legend) * 10.0)
+    d_star = np.concatenate([c.d_star for c in curves]) if curves else np.zeros(0)
+    finite = d_star[np.isfinite(d_star)]
+    x_max = float(finite.max()) * 1.08 if finite.size and finite.max() > 0 else 1.0
+    ax = Axes(canvas, 44.0, 20.0, 246.0, 120.0, (0.0, x_max), (-0.02, 1.02))
+    ax.frame(f"ε ({curves[0].norm})" if curves else "ε", "robust accuracy",
+             shorten(f"{len(d_star)} images of {len(curves)} model{'s' if len(curves) != 1 else ''}", 60), 5, 4)
+    for i, key in enumerate(keys):
+        parts = [c.by_impl.get(key) for c in curves]
+        if any(p is None for p in parts) or not parts:
+            continue    # an implementation that did not run on every model has no pooled curve
+        x, y = _steps(np.concatenate(parts), x_max)
+        canvas.path(_step_path(ax, x, y), _impl_class(colors.get(key, i)))
+    x, y = _steps(d_star, x_max)
+    canvas.path(_step_path(ax, x, y), "aa-ln aa-env")
+    _legend(canvas, 10.0, 172.0, legend, 7.5, 10.0)
+    return canvas.svg()
+
+
+def _impl_class(i: int) -> str:
+    """The CSS classes of implementation ``i``'s line: colour ``i mod 10``, dash ``i // 10``."""
+    return f"aa-ln aa-impl aa-c{i % 10}" + (f" aa-d{(i // 10) % _STYLES}" if (i // 10) % _STYLES else "")

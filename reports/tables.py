@@ -106,6 +106,8 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     #: implementation key -> colour index, the same in every plot
     colors: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: every pair of implementations of one family and norm (pooled over models), for evidence
+    all_pairs: list[Pair] = field(default_factory=list)
     _svgs: dict[str, object] = field(default_factory=dict, repr=False)
 
     def svg(self, key: str, render):
@@ -123,7 +125,7 @@ def _one_line(text: object, limit: int = 300) -> str:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _distances(table: pd.DataFrame) -> pd.DataFrame:
+def sample_distances(table: pd.DataFrame) -> pd.DataFrame:
     """Per (model, norm, implementation, version, sample): best distance (NaN → inf), last row wins."""
     t = table.copy()
     if "implementation" not in t.columns:
@@ -136,7 +138,7 @@ def _distances(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None) -> list[Curve]:
-    """Per (model, norm) of the envelope ``env``, with ``dist`` (``_distances``) and the local ξ."""
+    """Per (model, norm) of the envelope ``env``, with ``dist`` (``sample_distances``) and the local ξ."""
     ref = None
     if exact is not None and {"status", "exact_distance", "lower_bound"} <= set(exact.columns):
         from ..fidelity.true_optimality import exact_reference
@@ -200,7 +202,7 @@ def _implementations(table: pd.DataFrame) -> pd.DataFrame:
 
 def _pairs_for_plots(pairs: pd.DataFrame, side: pd.DataFrame, dist: pd.DataFrame, env: pd.DataFrame) -> list[Pair]:
     """Every pooled (or single-model) pair of implementations with their live distances
-    (``dist``: ``_distances``, ``env``: ``fidelity.envelope`` of the table)."""
+    (``dist``: ``sample_distances``, ``env``: ``fidelity.envelope`` of the table)."""
     if pairs.empty:
         return []
     lib = {(r.implementation, r.library_version): r.library for r in side.itertuples(index=False)}
@@ -361,7 +363,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
     notes += more + measurement_notes(table, local)
     # the per-sample distances and the envelope, once for the curves and the scatter plots
-    dist, env = _distances(table), fidelity.envelope(table)
+    dist, env = sample_distances(table), fidelity.envelope(table)
     curves = _curves(dist, env, local, exact)
     all_pairs = _pairs_for_plots(pairs, side, dist, env)
     families = []
@@ -383,7 +385,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     keys = sorted(set(zip(board["implementation"], board["library_version"])) if len(board) else set())
     return ReportData(runs, table, manifests, summary, board, side, pairs, flags_df, rec, local, crashes,
                       _implementations(table), curves, families, gaps, exact, true_opt, notes,
-                      {k: i for i, k in enumerate(keys)})
+                      {k: i for i, k in enumerate(keys)}, all_pairs)
 
 
 def _gap_dict(p: Pair) -> dict:

@@ -85,7 +85,8 @@ def sort_key(v: object) -> str:
     f = _num(v)
     if f is None or math.isnan(f):
         return "-Infinity"
-    return "Infinity" if f == math.inf else ("-Infinity" if f == -math.inf else repr(f))
+    # 7 significant digits order every table here and keep the page small (a repr is 18)
+    return "Infinity" if f == math.inf else ("-Infinity" if f == -math.inf else f"{f:.7g}")
 
 
 N = dict(numeric=True)
@@ -157,6 +158,13 @@ EXACT_COLS = [
     Col("unsolved", "exact_unsolved", f_count, True, "samples whose exact distance is only a lower bound"),
     Col("true ξ", "true_optimality", f_opt, True, "optimality against the exact robust-accuracy curve"),
     Col("ξ vs envelope", "empirical_optimality", f_opt, True),
+]
+
+FLAG_ROW_COLS = [  # no tooltips: the table repeats once per flagged implementation; EXPLAIN_FLAG_ROWS says it
+    Col("model", "model"), Col("image", "sample", f_count, True), Col("label", "label", f_count, True),
+    Col("status", "status"), Col("distance", "best_distance", f_dist, True), Col("d*", "d_star", f_dist, True),
+    Col("returned", "returned_distance", f_dist, True), Col("queries", "queries", f_count, True),
+    Col("refused", "refused", f_count, True), Col("stands out", "why"), Col("error", "error"),
 ]
 
 IMPL_COLS = [
@@ -341,6 +349,17 @@ EXPLAIN_FLAGS = ("Each flag is a finding about one implementation on one model a
                  "triggered it. A flagged implementation is never recommended while a clean one exists.")
 EXPLAIN_CRASHES = ("Jobs that crashed, timed out or returned invalid output, with the one-line cause (the full "
                    "traceback is in the run's logs/). What the tracker saw before a crash still counts.")
+EXPLAIN_EVIDENCE = ("What each answer above rests on: the trusted implementations' robustness curves against the "
+                    "envelope on every model, the per-image comparison that decided the verdict (the top pick against "
+                    "the other member of a tied set, or against its closest competitor), and what was flagged, each "
+                    "flag linked to the rows it rests on.")
+EXPLAIN_FLAG_ROWS = ("Per flagged implementation and norm: its findings, then the per-image results they rest on "
+                     "(on the models they name, a metamorphic twin's row beside its model's): the rows that stand "
+                     "out most (a failed status, a result that differs on the twin, refused queries, a returned "
+                     "point worse than the best, the distance furthest behind the envelope d*, the smallest "
+                     "distance any implementation found on that image). distance is the tracker's best "
+                     "adversarial, returned the attack's own output, queries forwards + backwards. Every row is "
+                     "in the run's jobs/*.parquet.")
 EXPLAIN_EXACT = ("Exact minimal distances (MILP) give the true robust-accuracy curve; true ξ measures each "
                  "implementation against it instead of against the envelope.")
 
@@ -369,6 +388,24 @@ EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs),
                 "or appeared counts by severity (3: wrong or missing results, 2: suspect objective or strength, "
                 "1: inefficiency); positive is improved, negative regressed, evidence both ways that cancels is "
                 "mixed.")
+
+
+DIFF_EVIDENCE_COLS = [c for c in DIFF_COLS if c.key not in ("implementation", "norm", "verdict", "reason")]
+EXPLAIN_DIFF_EVIDENCE = ("Each regressed, improved or could-not-run implementation: the numbers its verdict weighs "
+                         "and, where both runs' results are at hand, every image's distance in run A against run B.")
+
+
+def ran_line(data: ReportData) -> str:
+    """What ran, in one line: runs, implementations, models, images, norms, budget, mode, failures."""
+    s = data.summary
+    counts = sorted(set(s["samples_per_model"].values()))
+    images = f"{counts[0]} images" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} images"
+    twins = f" (+{len(s['twins'])} twins)" if s["twins"] else ""
+    budget = "/".join(str(b) for b in s["budgets"]) or "?"
+    return (f"{', '.join(s['run_names']) or 'results'}: {s['n_implementations']} implementations × "
+            f"{len(s['models'])} models{twins} ({', '.join(s['models'])}) × {', '.join(s['norms'])}, {images} per "
+            f"model, budget {budget} queries per image, {'targeted' if s['targeted'] else 'untargeted'}; "
+            f"{s['n_jobs']} jobs, {s['n_failed_jobs']} failed; {s['n_flagged']} implementations flagged.")
 
 
 def verdict_line(r) -> str:

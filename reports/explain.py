@@ -1,0 +1,169 @@
+"""``attackaudit explain RUN IMPLEMENTATION [--norm N]``: one implementation's story in the terminal.
+
+For each norm it ran under: its flags with their evidence, whether it is trusted for its family
+and norm and why (the recommendation's verdict, its place in the trust set or what kept it out),
+its local optimality ξ on every model, and the images where it falls furthest behind the envelope
+(the smallest distance any implementation found on that image).
+
+Wiring for ``harness/cli.py``::
+
+    p = sub.add_parser("explain", help=...); add_arguments(p); p.set_defaults(func=main)
+
+``main`` returns 0 and raises ValueError with a one-line message for input the user must fix
+(a missing run, an implementation the run does not hold, an ambiguous name, a norm it did not run).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .answer import verdict_word
+from .run_files import load_runs
+
+#: images listed per model and norm under "furthest behind the envelope"
+WORST_IMAGES = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``attackaudit explain``."""
+    parser.add_argument("run", metavar="RUN", help="a run directory")
+    parser.add_argument("implementation", metavar="IMPLEMENTATION",
+                        help="library/name[:variant] as the report names it (a unique part of it is enough)")
+    parser.add_argument("--norm", help="only this norm (l0, l1, l2, linf)")
+    parser.add_argument("--images", type=int, default=WORST_IMAGES,
+                        help=f"images listed per model as furthest behind the envelope (default {WORST_IMAGES})")
+
+
+def resolve_implementation(names: list[str], wanted: str) -> str:
+    """The one implementation of ``names`` that ``wanted`` means: an exact name, else the unique
+    name containing it (case-insensitive). ValueError (one line) otherwise."""
+    if wanted in names:
+        return wanted
+    hits = sorted({n for n in names if wanted.lower() in n.lower()})
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise ValueError(f"implementation {wanted!r} is not in this run; it holds {len(set(names))}, e.g. "
+                         f"{', '.join(sorted(set(names))[:5])}")
+    raise ValueError(f"implementation {wanted!r} is ambiguous: {', '.join(hits[:8])}"
+                     + (f" and {len(hits) - 8} more" if len(hits) > 8 else ""))
+
+
+def _f(x: object, spec: str = ".3f") -> str:
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "—"
+    return "n/a" if math.isnan(v) else ("∞" if math.isinf(v) else format(v, spec))
+
+
+def trust_lines(rec: pd.DataFrame, impl: str, version: str, family: str, norm: str,
+                own_flags: list[str] | None = None) -> list[str]:
+    """Whether ``impl`` is trusted for its family and norm, and why (from ``fidelity.recommend``)."""
+    row = rec[(rec["family"] == family) & (rec["norm"] == norm)]
+    if row.empty:
+        return [f"trust: no recommendation for {family} under {norm}"]
+    r = row.iloc[0].to_dict()
+    word = verdict_word(r)
+    members = [m for m in (r.get("trust_set") or []) if isinstance(m, dict)]
+    names = ", ".join(m.get("implementation", "?") for m in members) or "none"
+    mine = next((m for m in members if m.get("implementation") == impl
+                 and str(m.get("library_version", "")) == version), None)
+    if mine is not None:
+        where = "the top pick" if members and mine is members[0] else (
+            f"not significantly worse than the top pick {members[0].get('implementation')} (Holm p = "
+            f"{_f(mine.get('p_adjusted'), '.2g')})")
+        lo, hi = (mine.get("optimality_ci") or [math.nan, math.nan])[:2]
+        out = [f"trusted: {word} for {family} under {norm} ({names}); it is {where}; global ξ "
+               f"{_f(mine.get('optimality'))} (95% interval {_f(lo)}–{_f(hi)})"]
+    else:
+        why = [f"it is flagged ({', '.join(own_flags)}); a flagged implementation is never trusted"] \
+            if own_flags else [w for w in (r.get("weak") or []) if impl in str(w)]
+        note = str(r.get("note") or "")
+        out = [f"not trusted: {family} under {norm} is {word}" + (f" ({names})" if members else "")]
+        out += [f"  why: {w}" for w in why] or ([f"  why: {note}"] if note else [])
+    summary = str(r.get("summary") or "")
+    if summary and summary != str(r.get("note") or ""):
+        out.append(f"  what to do: {summary}")
+    return out
+
+
+def behind_envelope(dist: pd.DataFrame, env: pd.DataFrame, impl: str, version: str, norm: str,
+                    k: int) -> pd.DataFrame:
+    """Per model, the ``k`` images where ``impl`` is furthest behind the envelope: failures where
+    another implementation succeeded first, then the largest ratio distance / d*. Columns: model,
+    sample, distance, d_star, ratio, found_by."""
+    mine = dist[(dist["implementation"] == impl) & (dist["library_version"] == version) & (dist["norm"] == norm)]
+    both = mine.merge(env[env["norm"] == norm], on=["model", "norm", "sample"])
+    both = both[(both["d_star"] > 0) & np.isfinite(both["d_star"])]
+    both = both.assign(ratio=both["best_distance"] / both["d_star"])
+    both = both[both["ratio"] > 1 + 1e-9]
+    out = both.sort_values(["model", "ratio", "sample"], ascending=[True, False, True]).groupby("model").head(k)
+    return out[["model", "sample", "best_distance", "d_star", "ratio", "found_by"]].rename(
+        columns={"best_distance": "distance"})
+
+
+def explain(run: Path, implementation: str, norm: str | None = None, images: int = WORST_IMAGES) -> list[str]:
+    """The lines ``attackaudit explain`` prints."""
+    from .. import fidelity
+    from .tables import sample_distances
+
+    table, _, _ = load_runs([Path(run)])
+    impl = resolve_implementation(table["implementation"].astype(str).tolist(), implementation)
+    rows = table[table["implementation"] == impl]
+    norms = sorted(rows["norm"].astype(str).unique())
+    if norm is not None:
+        if norm not in norms:
+            raise ValueError(f"{impl} did not run under --norm {norm}; it ran under {', '.join(norms)}")
+        norms = [norm]
+    flags = fidelity.flags(table)
+    board = fidelity.leaderboard(table)
+    rec = fidelity.recommend(table, flags, board=board)
+    local = fidelity.local_optimality(table)
+    env = fidelity.envelope(table)
+    dist = sample_distances(table)
+    out = []
+    for n in norms:
+        part = rows[rows["norm"] == n]
+        for version in sorted(part["library_version"].astype(str).unique()):
+            family = str(part["family"].iloc[0])
+            mine_board = board[(board["implementation"] == impl) & (board["library_version"] == version)
+                               & (board["norm"] == n)]
+            head = f"{impl} {version}".strip() + f" · {family} · {n}"
+            if len(mine_board):
+                head += (f": global ξ {_f(mine_board['optimality'].iloc[0])}, rank "
+                         f"{_f(mine_board['rank'].iloc[0], '.0f')} of {int((board['norm'] == n).sum())} under {n}")
+            out += [head, "=" * min(len(head), 100)]
+            f = flags[(flags["implementation"] == impl) & (flags["library_version"] == version) & (flags["norm"] == n)]
+            out.append(f"flags: {len(f)}" + ("" if len(f) else " (none)"))
+            for r in f.itertuples(index=False):
+                model = "all models" if r.model == "*" else r.model
+                out.append(f"  {r.flag} ({model}): {r.evidence}")
+            out += trust_lines(rec, impl, version, family, n, sorted(set(f["flag"].astype(str))))
+            loc = local[(local["implementation"] == impl) & (local["library_version"] == version) & (local["norm"] == n)]
+            out.append("ξ per model: " + ("; ".join(f"{r.model} {_f(r.optimality)} ({int(r.n_success)} of "
+                                                    f"{int(r.n_samples)} broken)" for r in loc.itertuples(index=False))
+                                          or "none"))
+            worst = behind_envelope(dist, env, impl, version, n, images)
+            out.append(f"furthest behind the envelope (d* = the smallest distance any implementation found): "
+                       + ("none: it matches the envelope on every image" if worst.empty else ""))
+            for r in worst.itertuples(index=False):
+                gap = "failed" if not np.isfinite(r.ratio) else f"{r.ratio:.2f}× d*"
+                out.append(f"  {r.model} image {r.sample}: {_f(r.distance, '.4g')} vs d* {_f(r.d_star, '.4g')} "
+                           f"({gap}; d* by {r.found_by or '?'})")
+            out.append("")
+    return out[:-1] if out and out[-1] == "" else out
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the story of one implementation of a run."""
+    images = int(getattr(args, "images", WORST_IMAGES))
+    if images < 0:
+        raise ValueError(f"--images {images}: give 0 or more")
+    for line in explain(Path(args.run), args.implementation, getattr(args, "norm", None), images):
+        print(line)
+    return 0
