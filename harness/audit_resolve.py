@@ -220,6 +220,7 @@ class Resolver:
         for leftover in self.sp.glob(f"{rec['name'].replace('-', '_')}*"):
             shutil.rmtree(leftover, ignore_errors=True)
         self.records.remove(rec)
+        self.warnings = [w for w in self.warnings if not w.endswith(f" has {rec['name']} {rec['version']}")]
         self._unmet(rec["requirement"], rec["required_by"], rec["project_version"],
                     f"it resolves to {rec['name']} {rec['version']}, which {why}")
 
