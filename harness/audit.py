@@ -2,7 +2,9 @@
 
 Each pinned release gets its own environment (``audit_env.prepare_env``: cached, reused, never
 touching the installed one) and its run executes under that environment's interpreter
-(``RunConfig.python``); ``LIB==V`` alone compares the release with the installed one. Both runs
+(``RunConfig.python``); ``LIB==V`` alone compares the release with the installed one.
+``LIB@PATH`` is a release candidate (a wheel, an sdist or a source tree), named in every report by
+its version and content hash (``VERSION+c<hash>``, see ``audit_env``). Both runs
 use the same models, hashed subset, budget and seed and go to ``OUT/<library>-<version>/``
 (ordinary run directories: rerunning the command resumes them). ``fidelity.diff`` of the two runs
 becomes ``OUT/audit.json``, ``OUT/diff.csv`` and the report section ``OUT/audit.md`` /
