@@ -8,8 +8,10 @@ from .store import load_run  # noqa: E402
 #: the plugin contract, also importable from here (``attackaudit.adapters`` is its home; loaded on
 #: first use, so that ``import attackaudit`` stays free of torch)
 _PLUGIN_API = ("AttackSpec", "MinimalAttack", "FixedEpsAttack")
+#: the notebook API (``harness/api.py``), loaded on first use; torch only when ``compare`` runs
+_NOTEBOOK_API = ("compare", "open", "Result")
 
-__all__ = ["load_run", "__version__", *_PLUGIN_API]
+__all__ = ["load_run", "__version__", *_PLUGIN_API, *_NOTEBOOK_API]
 
 
 def __getattr__(name: str):
@@ -17,4 +19,8 @@ def __getattr__(name: str):
         from . import adapters
 
         return getattr(adapters, name)
+    if name in _NOTEBOOK_API:
+        from . import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'attackaudit' has no attribute {name!r}")

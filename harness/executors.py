@@ -211,6 +211,22 @@ class LocalExecutor:
         return None
 
 
+class InProcessExecutor:
+    """Jobs one after another in this process: no isolation, time or memory limit (an attack's
+    exception still becomes rows; a segfault ends the caller). For a model that cannot be sent to
+    worker processes (``attackaudit.compare`` on a model that does not pickle)."""
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        from .worker import execute_job
+
+        for job in jobs:
+            def progress(done: int, total: int, used: float, job: Job = job) -> None:
+                if on_progress is not None:
+                    on_progress(0, job, done, total, used)
+            on_done(job, execute_job(job, run_dir, progress))
+
+
 _DASK_CHILD: LocalExecutor | None = None
 
 

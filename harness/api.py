@@ -1,0 +1,389 @@
+"""The notebook API: ``attackaudit.compare`` on your own model, ``attackaudit.open`` on any run.
+
+``compare(model, inputs, labels, ...)`` runs the grid ``attackaudit run`` runs (every matching
+attack implementation × norm on the model, one hashed subset, one query budget) and returns a
+:class:`Result`: the rows, the leaderboard, the flags, a trust verdict per family and norm,
+robustness-curve plots and the report, computed by the same functions as ``attackaudit report``.
+The run is an ordinary run directory (``harness/user_model.py`` says how the model and tensors
+become sources the workers load), so ``attackaudit report DIR`` reads it and calling ``compare``
+again with the same ``out`` resumes it.
+
+This module imports neither torch nor the runner until ``compare`` is called: ``import
+attackaudit`` and ``attackaudit.open`` stay light.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .store import atomic_write_bytes, load_run, read_manifest
+
+if TYPE_CHECKING:  # annotations only: importing torch here would make ``import attackaudit`` heavy
+    from matplotlib.figure import Figure
+    from torch import Tensor, nn
+
+    from .reports import ReportData
+
+#: written beside the manifest by ``compare``: how its jobs ran, and which model they attacked
+NOTEBOOK_FILE = "notebook.json"
+NORMS = ("l0", "l1", "l2", "linf")
+
+
+def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor | np.ndarray", *,
+            families: str | Sequence[str] | None = None, norms: str | Sequence[str] | None = None,
+            libraries: str | Sequence[str] | None = None, attacks: str | Sequence[str] | None = None,
+            plugins: Sequence[str | os.PathLike] = (), budget: int = 2000, samples: int | None = None,
+            seed: int = 0, targeted: bool = False, metamorphic: bool = False, steps_scale: float = 1.0,
+            batch_size: int = 0, device: str = "auto", workers: int | None = None, timeout_s: float = 900.0,
+            out: str | os.PathLike | None = None, progress: bool = True) -> "Result":
+    """Run every matching attack implementation on ``model`` and say which ones to trust.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Takes N×C×H×W inputs in [0, 1] and returns N×K logits (normalisation inside the model).
+        It is left as it was: each worker attacks its own copy (pickled with cloudpickle, so a
+        class defined in the notebook works). A model that does not pickle is attacked in this
+        process, and restored afterwards (training flags, ``requires_grad``, device).
+    inputs : Tensor or ndarray, shape (N, C, H, W)
+        Floating point, finite, in [0, 1].
+    labels : Tensor or ndarray, shape (N,)
+        Integer classes in [0, K).
+    families, norms, libraries, attacks : str or sequence of str, optional
+        Filters, as ``attackaudit run --families/--norms/--libraries/--attacks`` (None: all).
+        ``attackaudit attacks`` lists the catalogue.
+    plugins : sequence of paths
+        Plugin files of your own attacks (``def specs() -> list[AttackSpec]``); always run.
+    budget : int
+        Forwards + backwards per sample, for every attack.
+    samples : int, optional
+        How many of the N samples to attack (a seeded choice; subsets nest); None: all N.
+    seed : int
+        Chooses the samples, the targets of a targeted run, and seeds each attack.
+    targeted, metamorphic : bool
+        Seeded random targets instead of untargeted attacks; also run the model's metamorphic
+        twins (logits shifted, classes permuted), the evidence for ``shift_sensitivity`` and
+        ``label_bug``.
+    steps_scale : float
+        Scales every attack's iteration count (0.1 for a quick look).
+    batch_size : int
+        Samples per attack call; 0: all at once.
+    device : str
+        ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    workers : int, optional
+        Worker processes (None: up to 2). 0 runs the jobs in this process, without isolation.
+    timeout_s : float
+        Per-job time limit in worker processes.
+    out : path, optional
+        The run directory (created; the same ``out`` resumes). None: a new temporary directory.
+    progress : bool
+        Show the job progress bar.
+
+    Returns
+    -------
+    Result
+        ``Result.execution`` says whether the jobs ran isolated or in this process, and why.
+
+    Raises
+    ------
+    ValueError
+        One line naming the argument that is wrong.
+    """
+    from .config import ConfigError, resolve
+    from .executors import InProcessExecutor
+    from .runner import run
+    from .user_model import hand_over, registered, save_data
+
+    x, y = _checked_data(model, inputs, labels)
+    n = len(y)
+    if samples is None:
+        samples = n
+    _check_int("samples", samples, 1, n, f"the number of inputs ({n})")
+    _check_int("budget", budget, 1)
+    _check_int("seed", seed, 0)
+    _check_int("batch_size", batch_size, 0)
+    workers = min(2, os.cpu_count() or 1) if workers is None else workers
+    _check_int("workers", workers, 0)
+    for name, value in (("steps_scale", steps_scale), ("timeout_s", timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    for name, value in (("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    names = {name: _names(name, value) for name, value in
+             (("families", families), ("norms", norms), ("libraries", libraries), ("attacks", attacks))}
+    if names["norms"] and (bad := [v for v in names["norms"] if v not in NORMS]):
+        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)}")
+    if isinstance(plugins, (str, os.PathLike)):  # one file
+        plugins = [plugins]
+    plugin_paths = [str(Path(p).resolve()) for p in plugins]
+    for path in plugin_paths:
+        if not Path(path).is_file():
+            raise ValueError(f"plugins: {path} is not a file; pass .py files that define specs()")
+    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    run_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attackaudit-"))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"out: cannot create {run_dir} ({exc.strerror or exc})") from None
+
+    dataset = save_data(run_dir, x, y)
+    handoff = hand_over(model, run_dir, isolate=workers > 0)
+    flags = {"out": str(run_dir), "models": [handoff.source], "dataset": dataset, **names, "plugins": plugin_paths,
+             "budget": budget, "samples": samples, "seed": seed, "targeted": targeted, "metamorphic": metamorphic,
+             "steps_scale": float(steps_scale), "batch_size": batch_size, "device": device,
+             "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress}
+    execution = (f"isolated: each job in one of {max(1, workers)} worker processes, each with its own copy of the "
+                 f"model" if handoff.isolated else
+                 f"in-process: {handoff.reason}; the jobs ran one after another in this Python process, "
+                 "without isolation or time limit")
+    try:
+        config = resolve(None, flags)
+        with registered(model, handoff):
+            summary = run(config, executor=None if handoff.isolated else InProcessExecutor())
+    except ConfigError as exc:
+        message = str(exc)
+        if "holds a run with a different config" in message:  # another model, data or grid in ``out``
+            raise ValueError(f"out: {message.split(';')[0]}; pass another out") from None
+        raise ValueError(message.replace("--", "")) from None
+    note = {"execution": execution, "isolated": handoff.isolated, "model": type(model).__qualname__,
+            "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line()}
+    atomic_write_bytes(run_dir / NOTEBOOK_FILE, (json.dumps(note, indent=2) + "\n").encode())
+    return Result(run_dir)
+
+
+def open(run_dir: str | os.PathLike) -> "Result":  # noqa: A001 - attackaudit.open, as the issue names it
+    """The :class:`Result` of any run directory (``compare``'s or ``attackaudit run``'s).
+
+    Raises ValueError (one line naming ``run_dir``) when it is missing or holds no results."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ValueError(f"run_dir {path} does not exist")
+    if not any((path / "jobs").glob("*.parquet")):
+        raise ValueError(f"run_dir {path} holds no results (no jobs/*.parquet)")
+    return Result(path)
+
+
+class Result:
+    """A run's answer, computed on first use by the functions behind ``attackaudit report``.
+
+    Attributes
+    ----------
+    run_dir : Path
+        The run directory (an ordinary one: ``attackaudit report run_dir`` works on it).
+    execution : str
+        How the jobs ran: isolated in worker processes, or in-process and why.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = Path(run_dir)
+        note = _read_json(self.run_dir / NOTEBOOK_FILE)
+        self.execution: str = note.get("execution", "by `attackaudit run` (each job in a worker process)")
+        self.model_name: str = note.get("model", "")
+
+    @cached_property
+    def rows(self) -> pd.DataFrame:
+        """One row per sample per job (docs/architecture.md, "The result schema")."""
+        return load_run(self.run_dir)
+
+    @cached_property
+    def data(self) -> "ReportData":
+        """Everything the report shows (``attackaudit.reports.ReportData``), computed once."""
+        from .reports import build
+        from .reports.run_files import load_exact
+
+        manifest = read_manifest(self.run_dir) or {}
+        return build(self.rows, [manifest], [self.run_dir], load_exact(self.run_dir))
+
+    @property
+    def leaderboard(self) -> pd.DataFrame:
+        """One row per implementation and norm: optimality ξ, ASR, median distance, queries, time."""
+        return self.data.leaderboard
+
+    @property
+    def flags(self) -> pd.DataFrame:
+        """One row per finding: ``model, library, attack, family, norm, flag, evidence``."""
+        return self.data.flags
+
+    @property
+    def recommendation(self) -> pd.DataFrame:
+        """The trust verdict of every family and norm (``fidelity.recommend``'s rows)."""
+        return self.data.recommend
+
+    def trust(self, family: str, norm: str) -> dict[str, Any]:
+        """The trust verdict for ``family`` under ``norm``: the row of ``recommendation``.
+
+        Its keys include ``verdict``, ``trust_set`` (the members, top pick first, each with its
+        ``implementation``, ``optimality`` and 95% bootstrap ``optimality_ci``) and ``summary``
+        (the verdict in one sentence). Raises ValueError naming what this run has instead."""
+        rec = self.recommendation
+        hit = rec[(rec["family"] == family) & (rec["norm"] == norm)] if len(rec) else rec
+        if hit.empty:
+            have = ", ".join(f"{f}/{n}" for f, n in zip(rec.get("family", []), rec.get("norm", []))) or "nothing"
+            raise ValueError(f"family {family!r} under norm {norm!r} is not in this run; it has {have}")
+        return {k: _plain(v) for k, v in hit.iloc[0].to_dict().items()}
+
+    def plot(self, family: str, norm: str) -> "Figure":
+        """Robust accuracy against ε of ``family``'s implementations under ``norm``, one panel per
+        model, with the envelope (the per-sample best over every implementation of the norm)."""
+        from matplotlib.figure import Figure
+
+        from .fidelity import robustness_curve
+
+        impls = set(self.rows.loc[(self.rows["family"] == family) & (self.rows["norm"] == norm), "implementation"])
+        curves = [c for c in self.data.curves if c.norm == norm and any(k[0] in impls for k in c.by_impl)]
+        if not curves:
+            raise ValueError(f"family {family!r} under norm {norm!r} has no results in this run")
+        fig = Figure(figsize=(5.2 * len(curves), 3.6), layout="constrained")
+        for ax, curve in zip(fig.subplots(1, len(curves), squeeze=False)[0], curves):
+            finite = curve.d_star[np.isfinite(curve.d_star)]
+            x_max = float(finite.max()) * 1.08 if finite.size and finite.max() > 0 else 1.0
+            lines = [("envelope", curve.d_star, None)] + [
+                (f"{impl} {version} (ξ {curve.optimality.get((impl, version), float('nan')):.3f})", d, (impl, version))
+                for (impl, version), d in sorted(curve.by_impl.items()) if impl in impls]
+            for label, d, key in lines:
+                eps, acc = robustness_curve(d)
+                keep = eps <= x_max
+                ax.step(np.append(eps[keep], x_max), np.append(acc[keep], acc[keep][-1]), where="post", label=label,
+                        color="black" if key is None else None, linewidth=2.5 if key is None else 1.4)
+            ax.set(xlim=(0, x_max), ylim=(-0.02, 1.02), xlabel=f"ε ({norm})", ylabel="robust accuracy",
+                   title=f"{family} · {_short(curve.model, self.model_name)}")
+            ax.legend(fontsize=7)
+        return fig
+
+    def report(self, path: str | os.PathLike | None = None,
+               formats: Iterable[str] = ("md", "html", "json")) -> dict[str, Path]:
+        """Write ``attackaudit report``'s files (tables, ``report.md|html|json``) into ``path``
+        (default: the run directory); returns ``{file name: path}``."""
+        from .reports import write_report_data
+
+        return write_report_data(self.data, Path(path) if path is not None else self.run_dir, formats)
+
+    def _repr_html_(self) -> str:
+        """The first-screen answer in Jupyter: per family and norm, the verdict and whom to trust."""
+        rec = self.recommendation
+        head = (f"<p><b>attackaudit</b> · {html.escape(str(self.run_dir))} · {len(self.rows)} rows · "
+                f"{html.escape(self.execution)}</p>")
+        if rec.empty:
+            return head + "<p>No implementation produced results.</p>"
+        body = "".join(
+            f"<tr><td>{html.escape(str(r['family']))}</td><td>{html.escape(str(r['norm']))}</td>"
+            f"<td>{html.escape(str(r.get('verdict', '')))}</td><td>{html.escape(_members(r))}</td>"
+            f"<td>{html.escape(str(r.get('flagged', '')))}</td></tr>"
+            for _, r in rec.iterrows())
+        return (head + "<table><thead><tr><th>family</th><th>norm</th><th>verdict</th>"
+                "<th>trust (global ξ, 95% CI)</th><th>flagged</th></tr></thead>"
+                f"<tbody>{body}</tbody></table><p>.trust(family, norm) for the reasons, .flags for the defects, "
+                ".report(path) for the full report.</p>")
+
+    def __repr__(self) -> str:
+        return f"Result({str(self.run_dir)!r}; {self.execution})"
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _checked_data(model: object, inputs: object, labels: object) -> tuple["Tensor", "Tensor"]:
+    """(inputs as N×C×H×W float32, labels as N int64), both on the CPU, or ValueError naming the
+    argument; one forward of one sample (no gradient, eval mode, uncounted) gives the class count."""
+    import torch
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    x = _as_tensor("inputs", inputs)
+    y = _as_tensor("labels", labels)
+    if x.dim() != 4 or len(x) == 0:
+        raise ValueError(f"inputs must be N×C×H×W with N ≥ 1, got shape {tuple(x.shape)}; reshape inside the "
+                         "model if it wants another layout")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"inputs must be floating point in [0, 1], got {x.dtype} (divide uint8 images by 255)")
+    if not torch.isfinite(x).all() or float(x.min()) < 0 or float(x.max()) > 1:
+        raise ValueError(f"inputs must be finite and in [0, 1], got values in [{float(x.min()):.4g}, "
+                         f"{float(x.max()):.4g}]")
+    if y.dim() != 1 or len(y) != len(x) or y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise ValueError(f"labels must be {len(x)} integers (one per input), got {y.dtype} of shape {tuple(y.shape)}")
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    modes = {m: m.training for m in model.modules()}
+    try:
+        with torch.no_grad():
+            logits = model.eval()(x[:1].to(device))
+    except Exception as exc:
+        raise ValueError(f"model failed on inputs[:1] of shape {tuple(x[:1].shape)}: {type(exc).__name__}: {exc}")
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape[1] < 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"model must return 1×K logits (K ≥ 2 classes) for one input, got {shape}")
+    if int(y.min()) < 0 or int(y.max()) >= logits.shape[1]:
+        raise ValueError(f"labels must lie in [0, {logits.shape[1]}) (the model has {logits.shape[1]} outputs), "
+                         f"got [{int(y.min())}, {int(y.max())}]")
+    return x.detach().cpu().to(torch.float32).contiguous(), y.detach().cpu().to(torch.int64).contiguous()
+
+
+def _as_tensor(name: str, value: object) -> "Tensor":
+    import torch
+
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise ValueError(f"{name} must be a numeric array, got dtype object")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
+    return value
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None, what_high: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
+            high is not None and value > high):
+        bound = f"between {low} and {what_high or high}" if high is not None else f"≥ {low}"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+
+
+def _names(name: str, value: str | Sequence[str] | None) -> list[str] | None:
+    """A filter as a list of names; one string is one name."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if values is None or not values or not all(isinstance(v, str) and v for v in values):
+        raise ValueError(f"{name} must be a name or a non-empty list of names, got {value!r}")
+    return values
+
+
+def _members(row: Mapping[str, Any]) -> str:
+    members = row.get("trust_set") or []
+    if not members:
+        return str(row.get("note") or row.get("summary") or "none")
+    parts = []
+    for m in members:
+        ci = m.get("optimality_ci") or [float("nan")] * 2
+        interval = f", {ci[0]:.2f}–{ci[1]:.2f}" if all(np.isfinite(ci)) else ""
+        parts.append(f"{m.get('implementation', '?')} ({m.get('optimality', float('nan')):.2f}{interval})")
+    return "; ".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers, so a verdict prints and compares plainly."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _short(model: str, name: str) -> str:
+    """A compare() model's source is a long path: its class name and twin suffix stand for it."""
+    if name and model.startswith("module:") and "/models/" in model:
+        return name + model[model.rfind(":load") + len(":load"):]
+    return model
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
