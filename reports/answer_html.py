@@ -244,12 +244,13 @@ def compare_first_screen(rows: pd.DataFrame, statuses: dict | None = None) -> st
 
     groups = {"Regressed": [], "Improved": [], "Could not run": []}
     for _, r in rows.iterrows():
-        if r["verdict"] == "regressed":
+        failed = could_not_run(r, statuses)
+        if failed:  # a job that failed has no performance to speak of: listed once, under what it is
+            groups["Could not run"].append(item(r, f"{failed} ({r['verdict']}: {r['reason']})"))
+        elif r["verdict"] == "regressed":
             groups["Regressed"].append(item(r, r["reason"]))
         elif r["verdict"] == "improved":
             groups["Improved"].append(item(r, r["reason"]))
-        if r["verdict"] != "regressed" and could_not_run(r, statuses):
-            groups["Could not run"].append(item(r, could_not_run(r, statuses)))
     cols = "".join(f'<div><h3>{esc(k)} ({len(v)})</h3>{"<ul>" + "".join(v) + "</ul>" if v else "<p>none</p>"}</div>'
                    for k, v in groups.items())
     return f'<div class="changes">{cols}</div>'
@@ -286,16 +287,15 @@ def compare_evidence(rows: pd.DataFrame, tables: tuple[pd.DataFrame, pd.DataFram
         return ""
     dists = tuple(sample_distances(t) for t in tables) if tables is not None else None
     pairs = {diff_anchor(r): compare_pair(r, *dists) for r in shown} if dists else {}
-    svgs = [scatter_svg(p) for p in pairs.values() if p is not None]
-    plots = Plots(svgs)
+    svgs = {rid: scatter_svg(p) for rid, p in pairs.items() if p is not None}
+    plots = Plots(list(svgs.values()))
     blocks = []
     for r in shown:
         rid = diff_anchor(r)
         facts = pd.DataFrame([r])
-        figure = ""
-        if pairs.get(rid) is not None:
-            p = pairs[rid]
-            figure = figure(plots.inline(scatter_svg(p)),
+        plot_html = ""
+        if rid in svgs:
+            plot_html = figure(plots.inline(svgs[rid]),
                              f"Each point is one image (one marker per model): its distance in run A (x) and in run B "
                              f"(y). Points above the diagonal got worse in B ({int(r['n_worse'])}), below it better "
                              f"({int(r['n_better'])}); points on the dotted red lines are failures.",
@@ -304,7 +304,7 @@ def compare_evidence(rows: pd.DataFrame, tables: tuple[pd.DataFrame, pd.DataFram
                       f'{esc(r["verdict"])}</h3><p>{esc(T.verdict_line(r))}</p>'
                       + (f"<p><strong>Could not run:</strong> {esc(could_not_run(r, statuses))}</p>"
                          if could_not_run(r, statuses) else "")
-                      + table(facts, T.DIFF_EVIDENCE_COLS, sortable=False) + figure
+                      + table(facts, T.DIFF_EVIDENCE_COLS, sortable=False) + plot_html
                       + '<p><a href="#answer">↑ back to the changes</a></p></div>')
     return (f'<section id="evidence"><h2>Evidence</h2><p class="explain">{esc(T.EXPLAIN_DIFF_EVIDENCE)}</p>'
             + "".join(blocks) + "</section>")

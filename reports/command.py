@@ -97,7 +97,8 @@ def compare_main(args: argparse.Namespace) -> int:
     dump_json({"run_a": str(run_a), "run_b": str(run_b), "rule": fidelity.VERDICT_RULE, "counts": counts,
                "verdicts": verdicts}, out / "audit.json")
     (out / "compare.md").write_text(render_compare_markdown(diff, str(run_a), str(run_b)), encoding="utf-8")
-    (out / "compare.html").write_text(render_compare_html(diff, str(run_a), str(run_b)), encoding="utf-8")
+    (out / "compare.html").write_text(render_compare_html(diff, str(run_a), str(run_b), tables=(table_a, table_b)),
+                                      encoding="utf-8")
     for v in verdicts:
         print(v["line"])
     print(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "

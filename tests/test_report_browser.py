@@ -98,28 +98,111 @@ def _console(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if ":CONSOLE" in line]
 
 
-def test_report_renders_in_chromium_without_console_errors(page: Path, tmp_path: Path):
+def _probe(page: Path, check: str, tmp_path: Path, window: str = "1280,2400") -> dict:
+    """Load ``page`` with ``check`` (a script that writes JSON into <pre id="aa-check">) let in by
+    its hash, as the page lets in its own; the parsed JSON. No console message may appear."""
     source = page.read_text()
-    digest = base64.b64encode(hashlib.sha256(CHECK.encode()).digest()).decode()
-    # the page allows only its own script (by hash); let the check script in the same way
+    digest = base64.b64encode(hashlib.sha256(check.encode()).digest()).decode()
     probe = source.replace("script-src &#x27;sha256-", f"script-src &#x27;sha256-{digest}&#x27; &#x27;sha256-", 1)
     assert probe != source
-    probe = probe.replace("</main>", f"</main><script>{CHECK}</script>", 1)
-    probe_path = tmp_path / "probe.html"
+    probe = probe.replace("</main>", f"</main><script>{check}</script>", 1)
+    probe_path = tmp_path / f"probe-{page.stem}.html"
     probe_path.write_text(probe)
-    done = _chrome(["--dump-dom", probe_path.as_uri()], tmp_path / "profile-dom")
+    done = _chrome([f"--window-size={window}", "--hide-scrollbars", "--dump-dom", probe_path.as_uri()],
+                   tmp_path / f"profile-{page.stem}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert not _console(done.stderr), _console(done.stderr)
     found = re.search(r'<pre id="aa-check">(.*?)</pre>', done.stdout, re.S)
     assert found, "the check script did not run: " + done.stdout[-500:]
-    r = json.loads(html.unescape(found.group(1)))
-    assert r["svgs"] == 3 and r["svgEmpty"] == 0        # 2 robustness plots + 1 scatter, all drawn
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_report_renders_in_chromium_without_console_errors(page: Path, tmp_path: Path):
+    r = _probe(page, CHECK, tmp_path)
+    # 2 robustness plots; the apgd answer's evidence: its trust set's curves and the scatter behind it
+    assert r["svgs"] == 4 and r["svgEmpty"] == 0
     assert r["imgBroken"] == 0
-    assert r["sections"][:6] == ["summary", "leaderboard", "curves", "alignment", "flags", "crashes"]
+    assert r["sections"][:7] == ["answer", "summary", "evidence", "leaderboard", "curves", "alignment", "flags"]
     assert r["tables"] >= 6 and r["rows"] >= 15
     assert r["ascending"] == sorted(r["ascending"]) and r["descending"] == sorted(r["descending"], reverse=True)
     assert len(set(r["ascending"])) > 1
     assert r["alerted"] is False
+
+
+# Measures the first screen as laid out at 1400×900: where the answer is, how many answer rows,
+# whether every in-page link ("#id") has its target, and what the evidence links point at.
+FIRST_SCREEN = """window.addEventListener('load',function(){var r={};
+var a=document.getElementById('answer');var b=a.getBoundingClientRect();
+r.scrollY=window.scrollY;r.innerHeight=window.innerHeight;r.innerWidth=window.innerWidth;
+r.answerTop=b.top;r.answerBottom=b.bottom;
+r.rows=Array.prototype.map.call(a.querySelectorAll('tbody tr, li'),function(tr){var x=tr.getBoundingClientRect();
+return [tr.textContent.trim().slice(0,120),x.bottom];});
+r.links=0;r.dangling=[];r.targets={};
+document.querySelectorAll('a[href^="#"]').forEach(function(l){var id=l.getAttribute('href').slice(1);r.links++;
+var t=document.getElementById(id);if(!t){r.dangling.push(id);}else{r.targets[t.tagName+'.'+(t.className||'')]=1;}});
+r.evidence=Array.prototype.map.call(a.querySelectorAll('a[href^="#"]'),function(l){
+var t=document.getElementById(l.getAttribute('href').slice(1));if(!t){return null;}
+return [t.querySelectorAll('svg').length,t.querySelectorAll('li').length,t.textContent.length];});
+var pre=document.createElement('pre');pre.id='aa-check';pre.textContent=JSON.stringify(r);
+document.body.appendChild(pre);});"""
+
+
+def test_answer_on_the_first_screen_and_every_evidence_link_resolves(page: Path, tmp_path: Path):
+    r = _probe(page, FIRST_SCREEN, tmp_path, window="1400,900")
+    # a 1400×900 window; in --dump-dom mode Chromium keeps room for its own bars (a viewport about
+    # 757 px high), stricter than the 900 px of the --screenshot viewport
+    assert r["innerWidth"] == 1400 and 600 < r["innerHeight"] <= 900 and r["scrollY"] == 0
+    # the answer sits inside the first screen, every row of it visible without scrolling
+    assert 0 <= r["answerTop"] < r["answerBottom"] <= min(900, r["innerHeight"]), r
+    rows = [text for text, bottom in r["rows"]]
+    assert len(rows) == 1 and rows[0].startswith("apgd · linf") and all(b <= 900 for _, b in r["rows"])
+    # every in-page link lands somewhere; the answer's links land on evidence holding plots and flags
+    assert r["links"] >= 15 and r["dangling"] == [], r["dangling"]
+    assert r["evidence"] and all(e is not None for e in r["evidence"])
+    svgs, items, size = r["evidence"][0]
+    assert svgs == 2 and size > 300                        # trust-set curves + the scatter behind the verdict
+    flagged = [e for e in r["evidence"][1:] if e[1] > 0]
+    assert flagged, r["evidence"]                          # the ⚑ badge lands on the flagged list
+    assert {"DIV.rows", "DIV.ev"} <= set(r["targets"]), r["targets"]
+
+
+@pytest.fixture(scope="module")
+def compare_page(tmp_path_factory) -> Path:
+    import argparse
+
+    from attackaudit.reports import command
+
+    root = tmp_path_factory.mktemp("browser-compare")
+    runs = []
+    for name, scale, crash in (("a", 1.0, False), ("b", 1.6, True)):
+        rows = []
+        for model in ("m-cnn", "m-mlp"):
+            base = np.random.default_rng(len(model)).uniform(0.05, 0.3, 12)
+            rows += [job_rows(model, "adv_lib/apgd", "linf", base, family="apgd", library_version="0.2.8"),
+                     job_rows(model, "foolbox/LinfPGD", "linf", base * scale, family="apgd",
+                              library_version=f"3.{3 + (name == 'b')}.4"),
+                     job_rows(model, f"x{HOSTILE}/fmn", "linf", base * 1.2, family="fmn", library_version="1",
+                              status="crash" if crash else "ok", error=f"E: {HOSTILE}" if crash else "")]
+        run = root / name
+        for i, (_, g) in enumerate(table(*rows).groupby("job_id", sort=True)):
+            write_job(run, f"job{i:03d}", g)
+        write_manifest(run, {"name": name, "seed": 0})
+        runs.append(run)
+    parser = argparse.ArgumentParser()
+    command.add_compare_arguments(parser)
+    command.compare_main(parser.parse_args([str(runs[0]), str(runs[1])]))
+    return runs[1] / "compare.html"
+
+
+def test_compare_page_opens_on_what_changed(compare_page: Path, tmp_path: Path):
+    r = _probe(compare_page, FIRST_SCREEN, tmp_path, window="1400,900")
+    assert 0 <= r["answerTop"] < r["answerBottom"] <= min(900, r["innerHeight"]), r
+    text = " ".join(t for t, _ in r["rows"])
+    assert "foolbox/LinfPGD [linf]" in text and "regressed" not in text.split("foolbox/LinfPGD")[0]
+    crashed = [t for t, _ in r["rows"] if "/fmn" in t]                           # could not run: crash in B
+    assert len(crashed) == 1 and "crash in B" in crashed[0], r["rows"]
+    assert r["dangling"] == [] and r["evidence"] and all(e is not None for e in r["evidence"])
+    assert r["evidence"][0][0] == 1                        # the regression's per-image scatter, run A against B
 
 
 def test_report_screenshot(page: Path, tmp_path: Path):
