@@ -308,3 +308,60 @@ def test_runs_on_different_subsets_or_budgets_are_refused(tmp_path):
         frame.to_parquet(d / "jobs" / "x.parquet", index=False)
     with pytest.raises(ValueError, match="query budget"):
         write_report([a, b], out=tmp_path / "merged")
+
+
+def test_verdict_words_from_old_and_new_recommendation_fields():
+    from attackaudit.reports.answer import VERDICTS, verdict_word
+
+    assert verdict_word({"verdict": "untrusted", "trusted": False}) == "none"
+    assert verdict_word({"verdict": "clear", "trust_set": [{}], "candidates": 3}) == "clear"
+    assert verdict_word({"verdict": "", "trusted": True, "trust_set": [{}], "candidates": 1}) == "only implementation"
+    assert verdict_word({"trusted": True, "trust_set": [{}, {}], "candidates": 3}) == "tied"
+    for word in VERDICTS:
+        assert verdict_word({"verdict": word}) == word
+
+
+def test_flag_evidence_rows_stand_out_and_links_resolve(report):
+    from attackaudit.reports import build, load_runs
+    from attackaudit.reports.answer import MAX_FLAG_ROWS, answers, flag_anchor, flag_evidence_rows
+
+    run, _ = report
+    table_, manifests, exact = load_runs([run])
+    data = build(table_, manifests, [run], exact)
+    rows = flag_evidence_rows(data)
+    crash, n = rows[(EVIL_IMPL, EVIL_VERSION, "l2")]
+    # the crashed image of each model comes first: it is what the crash flag rests on
+    assert n >= 2 and 0 < len(crash) <= MAX_FLAG_ROWS
+    assert set(crash.loc[crash["status"] == "crash", "model"]) == {"m-cnn", "m-mlp"}
+    assert all("crash" in w for w in crash.loc[crash["status"] == "crash", "why"])
+    assert (crash["d_star"] <= crash["best_distance"]).all()
+    page = (run / "report.html").read_text()
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    assert flag_anchor(EVIL_IMPL, EVIL_VERSION, "l2") in ids
+    assert set(re.findall(r'href="#([^"]+)"', page)) <= ids
+    found = {(a.family, a.norm): a for a in answers(data)}
+    apgd = found[("apgd", "l2")]
+    assert apgd.members and apgd.members[0].implementation == "adv_lib/apgd" and apgd.pair is not None
+    assert apgd.pair.a[0] == "adv_lib/apgd" and (EVIL_IMPL, EVIL_VERSION) in apgd.flagged
+
+
+def test_explain_prints_one_implementations_story(report, capsys):
+    from attackaudit.cli import main
+
+    run, _ = report
+    assert main(["explain", str(run), "foolbox/LinfPGD", "--norm", "l2", "--images", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("foolbox/LinfPGD 3.3.4 · apgd · l2: global ξ ")
+    assert "flags: " in out and ("trusted:" in out or "not trusted:" in out)
+    assert re.search(r"ξ per model: m-cnn \d\.\d{3} \(\d+ of \d+ broken\); m-mlp", out)
+    # foolbox is 1.06 × adv_lib everywhere: its worst images are 1.06× d*, two per model
+    behind = re.findall(r"  (m-cnn|m-mlp) image \d+: .* \((1\.06)× d\*; d\* by adv_lib/apgd\)", out)
+    assert len(behind) == 4
+    evil = main(["explain", str(run), "evil", "--norm", "l2"])
+    story = capsys.readouterr().out
+    assert evil == 0 and "crash (m-cnn)" in story and "not trusted" in story and "it is flagged (crash" in story
+    for args, message in ((["pgd"], "ambiguous"), (["nope/none"], "not in this run"),
+                          (["art/fmn", "--norm", "l0"], "did not run under --norm l0")):
+        assert main(["explain", str(run), *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
