@@ -40,8 +40,13 @@ def pairwise_distance(rows: Tensor, originals: Tensor, norm: str) -> Tensor:
     p = TORCH_P[attribution_norm(norm)]
     # no matrix-product shortcut for L2: its rounding depends on the batch sizes, and the
     # attribution rule needs a row's distance to be the same whatever else is in the batch
-    return torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p,
+    dist = torch.cdist(rows.unsqueeze(0), originals.unsqueeze(0), p=p,
                        compute_mode="donot_use_mm_for_euclid_dist").squeeze(0)
+    if p == float("inf"):  # cdist's L∞ skips NaN coordinates (0 for an all-NaN pair); lp_norm's is NaN
+        nan_rows, nan_points = torch.isnan(rows).any(1), torch.isnan(originals).any(1)
+        if bool(nan_rows.any()) or bool(nan_points.any()):
+            dist = dist.masked_fill(nan_rows.unsqueeze(1) | nan_points.unsqueeze(0), float("nan"))
+    return dist
 
 
 def finite_pairwise_distance(rows: Tensor, points: Tensor, norm: str) -> Tensor:

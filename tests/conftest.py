@@ -2,8 +2,24 @@ import os
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+#: ``ATTACKAUDIT_HYPOTHESIS=ci`` (set by .ci/run) runs the property tests with CI_EXAMPLE_FACTOR
+#: times their examples: the default stays fast for a developer's edit-test loop
+HYPOTHESIS_PROFILE = os.environ.get("ATTACKAUDIT_HYPOTHESIS", "default")
+CI_EXAMPLE_FACTOR = 4
+if HYPOTHESIS_PROFILE not in ("default", "ci"):
+    raise pytest.UsageError(f"ATTACKAUDIT_HYPOTHESIS={HYPOTHESIS_PROFILE!r}: use default or ci")
+settings.register_profile("ci", max_examples=settings.default.max_examples * CI_EXAMPLE_FACTOR)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(default: int) -> int:
+    """A property test's number of examples: ``default``, times CI_EXAMPLE_FACTOR under the ci profile
+    (an explicit ``max_examples`` overrides the profile, so tests that set one call this)."""
+    return default * CI_EXAMPLE_FACTOR if HYPOTHESIS_PROFILE == "ci" else default
 # the zoo's models are tiny: one intra-op thread beats two (OpenMP overhead, busy CI machines)
 torch.set_num_threads(1)
 

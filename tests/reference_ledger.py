@@ -3,18 +3,57 @@
 The rule is written once, in the module docstring of ``attackaudit.tracker`` (steps 1–7 below
 refer to it). This class has no fast path, no deferred buffer, no pending counters and no hint
 cache: every query is attributed, charged and offered as best candidate row by row, in order,
-with plain Python loops. It shares only the documented distance functions with the tracker
-(``attackaudit.distance``), so that a row's distance is the same number in both, and the one
+with plain Python loops. Its distances are its own plain code (``plain_distance``: Python floats,
+``math.fsum``), not ``attackaudit.distance``, so that a bug there cannot pass unseen: they are
+exact sums of the float32 coordinates, where the tracker's float32 reductions round, so kept
+distances agree within ``DISTANCE_RTOL`` and every decision (owner, reach, order of kept bests)
+agrees exactly. It shares with the tracker only the tracker's documented constants and the one
 definition of success (``attackaudit.success``: a strict logit inequality, ties never succeed).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
-from attackaudit.distance import finite_pairwise_distance, lp_norm, pairwise_distance
 from attackaudit.success import is_success
 from attackaudit.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_SCALE
+
+#: a coordinate changed by less than this does not count towards L0 (float round-trips through
+#: numpy/float32 leave ~1e-8 noise; the smallest real change on 8-bit data is 1/255)
+L0_TOLERANCE = 1e-6
+#: kept distances: the tracker's float32 reductions against this ledger's exact sums (a float32
+#: sum of D terms is within about D·2⁻²⁴ of the exact one; D = 64 on the digits)
+DISTANCE_RTOL = 1e-5
+DISTANCE_ATOL = 1e-6
+
+
+def plain_distance(delta: list[float], norm: str) -> float:
+    """Size of one flattened difference (Python floats) under ``norm``: L0 the coordinates that
+    changed by more than ``L0_TOLERANCE``, L1/L2 exact sums (``math.fsum``), L∞ the largest.
+    NaN when a coordinate is NaN; the caller decides what that means."""
+    if any(math.isnan(d) for d in delta):
+        return math.nan
+    size = [abs(d) for d in delta]
+    if norm == "l0":
+        return float(sum(1 for d in size if d > L0_TOLERANCE))
+    if norm == "l1":
+        return math.fsum(size)
+    if norm == "l2":
+        return math.sqrt(math.fsum(d * d for d in size)) if all(math.isfinite(d) for d in size) else math.inf
+    if norm == "linf":
+        return max(size, default=0.0)
+    raise ValueError(norm)
+
+
+def difference(row: list[float], point: list[float], *, finite_only: bool = False) -> list[float]:
+    """``row − point`` coordinate by coordinate, in Python floats (float32 inputs: exact but for
+    rare float64 roundings); inf − inf is NaN, as in torch. ``finite_only``: the row's NaN and ±inf
+    coordinates are left out (the rule's attribution distance; a point's are not)."""
+    if finite_only:
+        return [a - b for a, b in zip(row, point) if math.isfinite(a)]
+    return [a - b for a, b in zip(row, point)]
 
 
 class ReferenceLedger(nn.Module):
@@ -27,14 +66,15 @@ class ReferenceLedger(nn.Module):
         self.targeted, self.targets = targeted, targets
         self.inputs, self.labels = inputs.detach(), labels.detach()
         self.flat = self.inputs.reshape(len(inputs), -1)
+        self.originals = [row.tolist() for row in self.flat]
         self.n = len(inputs)
-        self.attribution_norm = "l1" if norm == "l0" else norm
+        self.attribution_norm = "l1" if norm == "l0" else norm  # a count of changed pixels ties too easily
         self.forwards = [0] * self.n
         self.backwards = [0] * self.n
         self.refused = [0] * self.n
         self.anchor = [self.flat[i].clone() for i in range(self.n)]
         self.reach = self._reach()
-        self.previous: tuple[list[Tensor], list[int]] | None = None
+        self.previous: tuple[list[list[float]], list[int]] | None = None
         self.hint: list[int] | None = None
         self.kept: list[list[tuple[float, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
         with torch.no_grad():
@@ -46,14 +86,18 @@ class ReferenceLedger(nn.Module):
         self.eval()  # a fresh Module is in training mode; foolbox warns about that
 
     # -- the rule's state ----------------------------------------------------------------------
+    def _attribution_distance(self, row: list[float], point: list[float], *, finite_only: bool) -> float:
+        return plain_distance(difference(row, point, finite_only=finite_only), self.attribution_norm)
+
     def _reach(self) -> list[float]:
-        anchor = torch.stack(self.anchor)
-        to_originals = pairwise_distance(anchor, self.flat, self.norm)
-        among = pairwise_distance(anchor, anchor, self.norm)
+        """Half of each anchor row's distance to the nearest original or anchor row of another sample."""
+        anchor = [a.tolist() for a in self.anchor]
         reach = []
         for i in range(self.n):
-            others = [min(float(to_originals[i, j]), float(among[i, j])) for j in range(self.n) if j != i]
-            reach.append(min(others) / 2 if others else float("inf"))
+            others = [min(self._attribution_distance(anchor[i], self.originals[j], finite_only=False),
+                          self._attribution_distance(anchor[i], anchor[j], finite_only=False))
+                      for j in range(self.n) if j != i]
+            reach.append(min(others) / 2 if others else math.inf)
         return reach
 
     def expect(self, idx: Tensor | None) -> None:
@@ -72,10 +116,10 @@ class ReferenceLedger(nn.Module):
 
     def _within_reach(self, row: Tensor, i: int) -> bool:  # step 3
         a, h = self.anchor[i], self.reach[i]
-        if self.attribution_norm == "linf":
+        if self.attribution_norm == "linf":  # the box in the inputs' dtype, as the rule says
             m = torch.tensor(h, dtype=a.dtype).sub(BOX_MARGIN).clamp(min=0).clamp(max=2.0)
             return bool(((a - m <= row) & (row <= a + m)).all())
-        return bool(lp_norm((row - a).unsqueeze(0), self.attribution_norm)[0] < h)
+        return self._attribution_distance(row.tolist(), a.tolist(), finite_only=False) < h  # NaN fails
 
     # -- a forward call ------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -90,7 +134,7 @@ class ReferenceLedger(nn.Module):
                 if self._within_reach(rows[p], expected[p]):
                     owners[p] = expected[p]
         needed_step4 = None in owners
-        known = [self.flat[i] for i in range(self.n)]
+        known = list(self.originals)
         known_owner = list(range(self.n))
         if self.previous is not None:
             known += self.previous[0]
@@ -98,9 +142,11 @@ class ReferenceLedger(nn.Module):
         earlier = [0] * self.n
         for p in range(b):
             if owners[p] is None:  # step 4
-                dist = finite_pairwise_distance(rows[p].unsqueeze(0), torch.stack(known), self.norm)[0]
-                nearest = float(dist.min())
-                tied = sorted({known_owner[k] for k in range(len(known)) if float(dist[k]) == nearest})
+                row = rows[p].tolist()
+                dist = [self._attribution_distance(row, point, finite_only=True) for point in known]
+                dist = [math.inf if math.isnan(d) else d for d in dist]
+                nearest = min(dist)
+                tied = sorted({known_owner[k] for k in range(len(known)) if dist[k] == nearest})
                 if len(tied) == 1:
                     owners[p] = tied[0]
                 elif expected is not None and expected[p] in tied:
@@ -118,7 +164,7 @@ class ReferenceLedger(nn.Module):
         refusal = self._refusal(owners).to(out.dtype)
         mask = torch.tensor(allowed).unsqueeze(1)
         out = torch.where(mask, out, refusal)
-        self.previous = ([rows[p].clone() for p in range(b)], list(owners))
+        self.previous = ([rows[p].tolist() for p in range(b)], list(owners))
         for p in range(b):  # step 7
             if allowed[p] and self._candidate(rows[p], out[p].detach(), owners[p]):
                 self._offer(rows[p], owners[p])
@@ -157,7 +203,7 @@ class ReferenceLedger(nn.Module):
 
     def _offer(self, row: Tensor, i: int) -> None:
         point = row.clamp(0, 1)
-        dist = float(lp_norm((point - self.flat[i]).unsqueeze(0), self.norm)[0])
+        dist = plain_distance(difference(point.tolist(), self.originals[i]), self.norm)
         self.kept[i].append((dist, point))
         self.kept[i].sort(key=lambda entry: entry[0])  # stable: the earliest of equals first
         del self.kept[i][KEEP_BESTS:]
@@ -189,7 +235,7 @@ class ReferenceLedger(nn.Module):
     def kept_tensors(self) -> tuple[Tensor, Tensor]:
         """(N×KEEP_BESTS×D points, N×KEEP_BESTS distances), as ``QueryTracker.kept``."""
         points = self.flat.unsqueeze(1).repeat(1, KEEP_BESTS, 1).clone()
-        dist = torch.full((self.n, KEEP_BESTS), float("inf"), dtype=self.flat.dtype)
+        dist = torch.full((self.n, KEEP_BESTS), math.inf, dtype=torch.float64)
         for i, entries in enumerate(self.kept):
             for k, (d, point) in enumerate(entries):
                 points[i, k], dist[i, k] = point, d
@@ -201,12 +247,21 @@ def same(a: Tensor, b: Tensor) -> bool:
     return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
+def same_distances(dist: Tensor, ref_dist: Tensor) -> bool:
+    """The tracker's kept distances (N×KEEP_BESTS) equal the ledger's exact ones (float64) within
+    ``DISTANCE_RTOL``; inf (an empty place) only where the ledger has inf."""
+    dist = dist.double()
+    return dist.shape == ref_dist.shape and torch.equal(torch.isinf(dist), torch.isinf(ref_dist)) and bool(
+        torch.allclose(dist, ref_dist, rtol=DISTANCE_RTOL, atol=DISTANCE_ATOL))
+
+
 def assert_agree(t, ref: ReferenceLedger, where: str = "") -> None:
-    """The tracker ``t`` and the ledger agree exactly: counts, refusals, kept candidates."""
+    """The tracker ``t`` and the ledger agree: counts, refusals and kept points exactly, kept
+    distances within ``DISTANCE_RTOL`` (the tracker's float32 rounding)."""
     assert t.forwards.tolist() == ref.forwards, where
     assert t.backwards.tolist() == ref.backwards, where
     assert t.refused.tolist() == ref.refused, where
     points, dist = t.kept
     ref_points, ref_dist = ref.kept_tensors()
-    assert torch.equal(dist, ref_dist), (where, dist, ref_dist)
+    assert same_distances(dist, ref_dist), (where, dist, ref_dist)
     assert torch.equal(points, ref_points), where
