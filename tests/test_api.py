@@ -208,3 +208,11 @@ def test_the_example_notebook_runs_and_answers_which_apgd_to_trust(capsys):
     assert "clean accuracy 0.9" in out  # the model the notebook trains is a real one
     assert f"{result.trust('apgd', 'linf')['verdict']} - " in out
     assert (result.run_dir / "report.html").exists()
+    # the command line resumes it as its own: the same grid, nothing left to run
+    config = json.loads((result.run_dir / "manifest.json").read_text())["config"]
+    args = ["run", "--out", str(result.run_dir), "--models", *config["models"], "--dataset", config["dataset"],
+            "--families", *config["families"], "--norms", *config["norms"], "--libraries", *config["libraries"],
+            "--samples", str(config["samples"]), "--budget", str(config["budget"]),
+            "--steps-scale", str(config["steps_scale"]), "--device", config["device"], "--quiet"]
+    assert cli_main(args) == 0
+    assert "(0 run now, 4 already done)" in capsys.readouterr().err
