@@ -9,7 +9,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 #: ``ATTACKAUDIT_HYPOTHESIS=ci`` (set by .ci/run) runs the property tests with CI_EXAMPLE_FACTOR
 #: times their examples: the default stays fast for a developer's edit-test loop
 HYPOTHESIS_PROFILE = os.environ.get("ATTACKAUDIT_HYPOTHESIS", "default")
-CI_EXAMPLE_FACTOR = 4
+CI_EXAMPLE_FACTOR = 3
 if HYPOTHESIS_PROFILE not in ("default", "ci"):
     raise pytest.UsageError(f"ATTACKAUDIT_HYPOTHESIS={HYPOTHESIS_PROFILE!r}: use default or ci")
 settings.register_profile("ci", max_examples=settings.default.max_examples * CI_EXAMPLE_FACTOR)
