@@ -234,13 +234,16 @@ class Result:
 
     def plot(self, family: str, norm: str) -> "Figure":
         """Robust accuracy against ε of ``family``'s implementations under ``norm``, one panel per
-        model, with the envelope (the per-sample best over every implementation of the norm)."""
+        model (metamorphic twins left out), with the envelope (the per-sample best over every
+        implementation of the norm). Raises ValueError when the run has no such results."""
         from matplotlib.figure import Figure
 
         from .fidelity import robustness_curve
 
         impls = set(self.rows.loc[(self.rows["family"] == family) & (self.rows["norm"] == norm), "implementation"])
-        curves = [c for c in self.data.curves if c.norm == norm and any(k[0] in impls for k in c.by_impl)]
+        # the metamorphic twins (``MODEL~shift``, ...) are the same network: their panels would repeat it
+        curves = [c for c in self.data.curves if c.norm == norm and "~" not in c.model
+                  and any(k[0] in impls for k in c.by_impl)]
         if not curves:
             raise ValueError(f"family {family!r} under norm {norm!r} has no results in this run")
         fig = Figure(figsize=(5.2 * len(curves), 3.6), layout="constrained")
