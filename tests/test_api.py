@@ -156,6 +156,13 @@ def test_a_bad_argument_is_one_valueerror_naming_it(case, tmp_path):
     assert not (tmp_path / "r").exists()  # nothing was written
 
 
+def test_open_names_a_run_dir_that_is_missing_or_empty(tmp_path):
+    with pytest.raises(ValueError, match=r"^run_dir .*nowhere does not exist$"):
+        attackaudit.open(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"^run_dir .* holds no results"):
+        attackaudit.open(tmp_path)
+
+
 @settings(max_examples=30, deadline=None)
 @given(position=st.integers(0, 10_000), delta=st.floats(1e-6, 1.0) | st.floats(-1.0, -1e-6))
 def test_the_model_fingerprint_follows_every_weight(position, delta):
