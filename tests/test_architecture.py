@@ -19,7 +19,7 @@ PACKAGES = {"harness": "attackaudit", "adapters": "attackaudit.adapters",
 #: modules of the harness that form the release audit, an application over the runner
 AUDIT_APP = {"attackaudit.audit", "attackaudit.audit_env"}
 #: entry points that may wire every layer together
-ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__"}
+ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__", "attackaudit.api"}  # api: the notebook entry
 #: the harness modules that run jobs; reports and adapters stay clear of them
 RUNNER = {"attackaudit.runner", "attackaudit.job", "attackaudit.tracker", "attackaudit.executors",
           "attackaudit.worker"}
