@@ -195,12 +195,11 @@ def _models_of(flags: pd.DataFrame, models: list[str]) -> list[str]:
     a finding about all models), with its metamorphic twin for a twin-based flag."""
     real = [m for m in models if "~" not in m]
     out: list[str] = []
-    for r in flags.itertuples(index=False):
-        model = str(r.model)
+    for model, flag in zip(flags["model"].astype(str).tolist(), flags["flag"].astype(str).tolist()):
         named = real if model in ("*", "all models") else [model]
         for m in named:
             out.append(m)
-            suffix = TWIN_FLAGS.get(str(r.flag))
+            suffix = TWIN_FLAGS.get(flag)
             if suffix and "~" not in m and f"{m}{suffix}" in models:
                 out.append(f"{m}{suffix}")
             if "~" in m:
@@ -208,39 +207,68 @@ def _models_of(flags: pd.DataFrame, models: list[str]) -> list[str]:
     return [m for m in dict.fromkeys(out) if m in models]
 
 
-def _why(frame: pd.DataFrame) -> tuple[list[str], np.ndarray]:
+def _why(rows: list[dict]) -> list[tuple[str, float]]:
     """Why each row stands out, and a priority to sort by (higher first): a failed status, a
     difference from the metamorphic twin, refused queries, a returned point worse than the best,
     then how far behind the envelope it is."""
-    d = frame["best_distance"].to_numpy(dtype=float)
-    ref = frame["d_star"].to_numpy(dtype=float)
-    ret = frame["returned_distance"].to_numpy(dtype=float)
-    base_of = {(m.split("~", 1)[0], s): d_ for m, s, d_ in zip(frame["model"], frame["sample"], d) if "~" not in m}
-    reasons, score = [], np.zeros(len(frame))
-    for i, (model, sample, status, refused) in enumerate(zip(frame["model"], frame["sample"], frame["status"],
-                                                             frame["refused"])):
-        why = []
-        if status != "ok":
-            why.append(status)
-            score[i] += 8
-        if "~" in model:
-            other = base_of.get((model.split("~", 1)[0], sample))
-            if other is not None and (np.isfinite(other) != np.isfinite(d[i]) or (
-                    np.isfinite(other) and abs(d[i] - other) > 0.01 * max(abs(other), 1e-12))):
-                why.append("differs on the twin")
-                score[i] += 4
-        if refused > 0:
+    base = {(r["model"], r["sample"]): r["best_distance"] for r in rows if "~" not in r["model"]}
+    out = []
+    for r in rows:
+        d, ref, ret = r["best_distance"], r["d_star"], r["returned_distance"]
+        why, score = [], 0.0
+        if r["status"] != "ok":
+            why.append(r["status"])
+            score += 8
+        other = base.get((r["model"].split("~", 1)[0], r["sample"])) if "~" in r["model"] else None
+        if other is not None and (math.isfinite(other) != math.isfinite(d) or (
+                math.isfinite(other) and abs(d - other) > 0.01 * max(abs(other), 1e-12))):
+            why.append("differs on the twin")
+            score += 4
+        if r["refused"] > 0:
             why.append("queries refused")
-            score[i] += 2
-        if np.isfinite(d[i]) and (not np.isfinite(ret[i]) or ret[i] > 1.05 * d[i]) and not np.isnan(ret[i]):
+            score += 2
+        if math.isfinite(d) and not math.isnan(ret) and (math.isinf(ret) or ret > 1.05 * d):
             why.append("returned worse")
-            score[i] += 2
-        if np.isfinite(ref[i]) and ref[i] > 0 and d[i] > ref[i] * (1 + 1e-9):
-            ratio = d[i] / ref[i]
-            why.append("failed, others broke it" if not np.isfinite(ratio) else f"{ratio:.2f}× d*")
-            score[i] += min(ratio - 1.0, 1.0) if np.isfinite(ratio) else 1.5
-        reasons.append(", ".join(why))
-    return reasons, score
+            score += 2
+        if math.isfinite(ref) and ref > 0 and d > ref * (1 + 1e-9):
+            ratio = d / ref
+            why.append(f"{ratio:.2f}× d*" if math.isfinite(ratio) else "failed, others broke it")
+            score += min(ratio - 1.0, 1.0) if math.isfinite(ratio) else 1.5
+        out.append((", ".join(why), score))
+    return out
+
+
+def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]]:
+    """The result rows of every flagged implementation and norm as plain dicts (``ROW_COLUMNS``
+    but ``why``), the last row of a (model, sample) winning; one pass over the table."""
+    t = data.table
+    flagged = set(zip(data.flags["implementation"].astype(str), data.flags["library_version"].astype(str),
+                      data.flags["norm"].astype(str)))
+    key = list(zip(t["implementation"].astype(str), t["library_version"].astype(str), t["norm"].astype(str)))
+    keep = np.fromiter((k in flagged for k in key), bool, len(key))
+    t = t[keep]
+    d_star = {(c.model, c.norm): dict(zip(c.samples.tolist(), c.d_star.tolist())) for c in data.curves}
+    n = len(t)
+
+    def col(name: str, default: float) -> list[float]:
+        if name not in t:
+            return [default] * n
+        return pd.to_numeric(t[name], errors="coerce").fillna(default).astype(float).tolist()
+
+    text = {c: (t[c].fillna("").astype(str).tolist() if c in t else [""] * n) for c in ("status", "error")}
+    queries = [a + b for a, b in zip(col("forwards", 0.0), col("backwards", 0.0))]
+    out: dict[tuple[str, str, str], dict[tuple[str, int], dict]] = {}
+    for i, (k, model, sample, label, best, ret, refused) in enumerate(zip(
+            [x for x, kept in zip(key, keep) if kept], t["model"].astype(str).tolist(), t["sample"].tolist(),
+            col("label", math.nan), col("best_distance", math.inf), col("returned_distance", math.nan),
+            col("refused", 0.0))):
+        error = text["error"][i]
+        out.setdefault(k, {})[(model, sample)] = {
+            "model": model, "sample": sample, "label": label, "status": text["status"][i] or "ok",
+            "best_distance": best, "d_star": d_star.get((model, k[2]), {}).get(sample, math.nan),
+            "returned_distance": ret, "queries": queries[i], "refused": refused,
+            "error": error.splitlines()[0][:120] if error else ""}
+    return {k: list(v.values()) for k, v in out.items()}
 
 
 def flag_evidence_rows(data: ReportData, limit: int = MAX_FLAG_ROWS) -> dict[tuple[str, str, str], tuple[pd.DataFrame, int]]:
@@ -250,42 +278,20 @@ def flag_evidence_rows(data: ReportData, limit: int = MAX_FLAG_ROWS) -> dict[tup
     twin compares with its model, so the model's row of an image comes with the twin's)."""
     if data.flags.empty:
         return {}
-    t = data.table
-    keys = ["model", "norm", "implementation", "library_version", "sample"]
-    d_star = {(c.model, c.norm): dict(zip(c.samples.tolist(), c.d_star.tolist())) for c in data.curves}
-    models = sorted(t["model"].astype(str).unique())
-    by_job = dict(tuple(t.groupby(["implementation", "library_version", "norm"], sort=False)))
+    models = sorted(data.table["model"].astype(str).unique())
+    jobs = _flagged_job_rows(data)
     out = {}
     for (impl, version, norm), f in data.flags.groupby(["implementation", "library_version", "norm"], sort=True):
-        rows = by_job.get((impl, version, norm))
-        if rows is None:
-            continue
-        rows = rows.drop_duplicates(keys, keep="last")
-        rows = rows[rows["model"].isin(_models_of(f, models))]
-        frame = pd.DataFrame({
-            "model": rows["model"].astype(str).to_numpy(), "sample": rows["sample"].to_numpy(),
-            "label": rows["label"].to_numpy() if "label" in rows else np.nan,
-            "status": rows["status"].fillna("ok").astype(str).to_numpy() if "status" in rows else "ok",
-            "best_distance": pd.to_numeric(rows["best_distance"], errors="coerce").fillna(math.inf).to_numpy(),
-            "d_star": [d_star.get((m, norm), {}).get(s, math.nan) for m, s in zip(rows["model"], rows["sample"])],
-            "returned_distance": _column(rows, "returned_distance", math.nan),
-            "queries": _column(rows, "forwards", 0.0) + _column(rows, "backwards", 0.0),
-            "refused": _column(rows, "refused", 0.0),
-            "error": rows["error"].fillna("").astype(str).map(lambda e: e.splitlines()[0][:120] if e else "").to_numpy()
-            if "error" in rows else "",
-        })
-        frame["why"], score = _why(frame)
-        top = frame.assign(_s=score)[score > 0].sort_values(["_s", "sample"], ascending=[False, True],
-                                                           kind="stable").head(limit)
+        named = set(_models_of(f, models))
+        rows = [r for r in jobs.get((str(impl), str(version), str(norm)), []) if r["model"] in named]
+        why = _why(rows)
+        ranked = sorted((i for i, (_, score) in enumerate(why) if score > 0),
+                        key=lambda i: (-why[i][1], rows[i]["sample"]))[:limit]
         # a twin's row is read against its model's row of the same image: show both
-        partners = {(m.split("~", 1)[0], smp) for m, smp in zip(top["model"], top["sample"]) if "~" in m}
-        partner = pd.Series([(m, smp) in partners for m, smp in zip(frame["model"], frame["sample"])], index=frame.index)
-        picked = frame[frame.index.isin(top.index) | partner].sort_values(["sample", "model"], kind="stable")
-        out[(str(impl), str(version), str(norm))] = (picked[ROW_COLUMNS], int((score > 0).sum()))
+        partners = {(rows[i]["model"].split("~", 1)[0], rows[i]["sample"]) for i in ranked if "~" in rows[i]["model"]}
+        chosen = set(ranked)
+        picked = sorted((i for i, r in enumerate(rows) if i in chosen or (r["model"], r["sample"]) in partners),
+                        key=lambda i: (rows[i]["sample"], rows[i]["model"]))
+        frame = pd.DataFrame([{**rows[i], "why": why[i][0]} for i in picked], columns=ROW_COLUMNS)
+        out[(str(impl), str(version), str(norm))] = (frame, sum(score > 0 for _, score in why))
     return out
-
-
-def _column(rows: pd.DataFrame, name: str, default: float) -> np.ndarray:
-    if name not in rows:
-        return np.full(len(rows), default)
-    return pd.to_numeric(rows[name], errors="coerce").fillna(default).to_numpy(dtype=float)

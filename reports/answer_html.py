@@ -188,9 +188,9 @@ def evidence_section(data: ReportData, found: list[Answer], plots: Plots) -> str
 def flag_rows_html(data: ReportData) -> str:
     """Per flagged implementation and norm, its findings and the per-image rows they rest on."""
     blocks = []
+    findings = {k: g for k, g in data.flags.groupby(["implementation", "library_version", "norm"], sort=False)}
     for (impl, version, norm), (rows, n) in flag_evidence_rows(data).items():
-        f = data.flags[(data.flags["implementation"] == impl) & (data.flags["library_version"] == version)
-                       & (data.flags["norm"] == norm)]
+        f = findings[(impl, version, norm)]
         lines = "".join(f"<li><strong>{esc(r.flag)}</strong> ({esc('all models' if r.model == '*' else r.model)}): "
                         f"{esc(r.evidence)}</li>" for r in f.itertuples(index=False))
         cols = [c for c in T.FLAG_ROW_COLS if c.key != "error" or rows["error"].astype(bool).any()]
