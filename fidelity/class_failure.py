@@ -115,3 +115,13 @@ def class_notes(rows: pd.DataFrame) -> list[dict]:
              "note": f"fails every image of class {r[3]} others broke, which is not label evidence here: "
                      + r.evidence.split(": ", 1)[1]}
             for r in j[~j["flagged"].astype(bool)].itertuples(index=False)]
+
+
+def judge_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``judge`` of a raw result table (prepared here, with its envelope)."""
+    from ._table import SAMPLE_KEY, long_distances, prepare
+
+    t = prepare(table)
+    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
+    rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
+    return judge(rows.assign(live=rows["d_star"] > 0))

@@ -1,23 +1,28 @@
 """Diff of two runs of the same grid (two library releases, or two configs): the release audit.
 
-Both runs are measured against one joint envelope (the per-sample minimum over every
-implementation of both runs), so a change in one implementation does not move the yardstick of
-the others. Implementations are matched by ``implementation`` (library/name[:variant]) and norm;
-their ``library_version`` may differ, which is the point.
+Implementations are matched by ``implementation`` (library/name[:variant]) and norm; their
+``library_version`` may differ, which is the point. ξ and ASR before/after are shown against one
+joint envelope (the per-sample minimum over every implementation of both runs).
 
-Verdict (``VERDICT_RULE``, fidelity/README.md "Diff"): the evidence is weighed, not vetoed.
-Each implementation and norm gets a score from three parts:
+The verdict (``VERDICT_RULE``, fidelity/README.md "Diff") rests on the implementation's own rows
+only, so that it never depends on its siblings or on how many the audit holds:
 
-- performance: the paired Wilcoxon test on per-sample best distances, Holm-adjusted over every
-  implementation compared (``stats.significant``), in the same direction as a material change:
-  Δξ of at least ``min_delta`` or ΔASR of at least ``MIN_DELTA_ASR``. Worth ``PERFORMANCE_WEIGHT``
-  (``LARGE_WEIGHT`` when |Δξ| ≥ ``LARGE_DELTA``), + when better, − when worse;
-- flags that disappeared (+) and appeared (−), each worth its ``SEVERITY``.
+- **identical rows** (same distance within 1e-9 relative and the same status on every image of
+  every shared model) are ``unchanged``, whatever happened around them;
+- **performance**: per image (its rows on every shared model one block, ``equivalence``), the log
+  ratio of the new to the old best distance, on the images that ran (status ``ok``) in both runs;
+  "different" beyond the margin δ, Holm-adjusted over the implementations whose rows changed,
+  counts ``PERFORMANCE_WEIGHT`` (``LARGE_WEIGHT`` when ξ on those images, measured against the
+  implementation's own two runs, moved by ``LARGE_DELTA``), + when better, − when worse;
+- **flags** of the implementation's own results that disappeared (+) and appeared (−), each worth
+  its ``SEVERITY``; flags that compare with siblings (``RELATIVE_FLAGS``) are listed, not weighed.
 
-``improved`` when the score is positive, ``regressed`` when negative, ``mixed`` when evidence
-points both ways and cancels, ``unchanged`` when there is none; ``new`` / ``removed`` when the
-implementation ran in only one run. ``reason`` shows every part, e.g. "ξ 0.00 → 1.00,
-26 better / 0 worse (p = 1e-05), crash gone; new: last_not_best".
+``improved`` / ``regressed`` by the sign of the score; ``mixed`` when there is material evidence
+both ways (each side worth at least ``PERFORMANCE_WEIGHT``: "crash gone; ξ 1.00 → 0.93 on the
+images that ran") or when it cancels; ``inconclusive`` when the rows changed but neither a
+difference nor an equivalence is shown and no flag moved; ``unchanged`` otherwise; ``new`` /
+``removed`` when the implementation ran in one run only; ``could not run`` when every row of a
+side is ``unsupported`` (the adapter's limitation, never the library's failure).
 """
 from __future__ import annotations
 
@@ -26,10 +31,11 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ._table import long_distances, prepare, without_twins
+from ._table import UNSUPPORTED, long_distances, prepare, without_twins
+from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, per_image
 from .flags import flags as compute_flags
 from .optimality import optimality
-from .stats import ALPHA, holm, paired_comparison, significant
+from .stats import ALPHA, holm
 from .summary import REF_EPS
 
 #: how much each flag weighs in a verdict when it appears (−) or disappears (+): results that
@@ -39,25 +45,27 @@ SEVERITY: dict[str, int] = {"crash": 3, "timeout": 3, "invalid": 3, "out_of_box"
                             "silent_failure": 3, "below_exact": 3, "shift_sensitivity": 2,
                             "below_expected_strength": 2, "last_not_best": 1, "budget_overrun": 1,
                             "nondeterminism": 1, "optimality_gap": 1}
-#: flags that count in a verdict (every flag with a severity)
+#: flags that count in a verdict (every flag with a severity) ...
 VERDICT_FLAGS = frozenset(SEVERITY)
-#: a significant paired change with a material ξ or ASR change weighs this much ...
+#: ... except these, which compare an implementation with its siblings: listed, never weighed
+RELATIVE_FLAGS = frozenset({"optimality_gap", "below_expected_strength"})
+#: a performance change shown different beyond δ weighs this much ...
 PERFORMANCE_WEIGHT = 2
 #: ... and this much when ξ moved by at least LARGE_DELTA (a large change is as serious as a crash)
 LARGE_WEIGHT = 3
 LARGE_DELTA = 0.1
-#: an ASR change (at the reference ε) this large is material even when ξ moved less than min_delta
-MIN_DELTA_ASR = 0.05
-VERDICT_RULE = ("score = ±performance (Holm-adjusted paired Wilcoxon p < alpha with more samples on that side, and "
-                f"|Δξ| ≥ min_delta or |ΔASR| ≥ {MIN_DELTA_ASR}; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when "
-                f"|Δξ| ≥ {LARGE_DELTA}) + severity of flags gone − severity of flags new (3: crash, timeout, invalid, "
-                "out_of_box, label_bug, silent_failure, below_exact; 2: shift_sensitivity, below_expected_strength; "
-                "1: last_not_best, budget_overrun, nondeterminism, optimality_gap); improved if > 0, regressed if < 0, "
-                "mixed if evidence both ways cancels, unchanged if none")
+VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (per-image log ratio new/old on the images that "
+                f"ran in both, different beyond ±{np.expm1(DELTA):.0%}, Holm over the implementations whose rows "
+                f"changed; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when ξ moved by ≥ {LARGE_DELTA}) + severity "
+                "of own-result flags gone − severity of own-result flags new (3: crash, timeout, invalid, out_of_box, "
+                "label_bug, silent_failure, below_exact; 2: shift_sensitivity; 1: last_not_best, budget_overrun, "
+                "nondeterminism); mixed if both sides weigh ≥ 2 or cancel, improved if > 0, regressed if < 0, "
+                "inconclusive if the rows changed and nothing was shown, unchanged otherwise")
 DIFF_COLUMNS = ["implementation", "library", "family", "norm", "model", "version_a", "version_b",
                 "optimality_a", "optimality_b", "delta_optimality", "asr_a", "asr_b", "n_models", "n_samples",
                 "n_better", "n_worse", "ties", "statistic", "p_value", "effect_size", "flags_a", "flags_b",
-                "p_adjusted", "flags_appeared", "flags_disappeared", "score", "verdict", "reason"]
+                "p_adjusted", "answer", "estimate", "images_to_decide", "identical", "flags_appeared",
+                "flags_disappeared", "score", "verdict", "reason"]
 _KEY = ["norm", "implementation"]
 
 
@@ -90,39 +98,73 @@ def _num(v: float) -> str:
     return "n/a" if not np.isfinite(v) else f"{v:.2f}"
 
 
-def weigh(stat: dict, p_adj: float, xi: tuple[float, float], asr: tuple[float, float], appeared: set[str],
-            gone: set[str], min_delta: float, alpha: float = ALPHA) -> tuple[str, str, int]:
-    """(verdict, reason, score) of one implementation present in both runs: ``VERDICT_RULE``.
-    ``stat``: ``paired_comparison(b, a)`` (``wins_a``: samples better in b)."""
-    better, worse = stat["wins_a"], stat["wins_b"]
-    d_xi = xi[1] - xi[0] if np.isfinite(xi[0]) and np.isfinite(xi[1]) else 0.0
-    d_asr = asr[1] - asr[0] if np.isfinite(asr[0]) and np.isfinite(asr[1]) else 0.0
-    weight = LARGE_WEIGHT if abs(d_xi) >= LARGE_DELTA else PERFORMANCE_WEIGHT
+def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame) -> dict:
+    """The implementation's own rows in both runs (``prepare``d rows of one implementation and
+    norm, maybe one model): ``identical``, the per-image log ratios new/old on the images that ran
+    in both (``x``), and ξ before/after on those images against the implementation's own two runs
+    (so that no sibling moves it)."""
+    cols = ["model", "sample", "best_distance", "status"]
+    j = part_a[cols].merge(part_b[cols], on=["model", "sample"], suffixes=("_a", "_b"))
+    a, b = j["best_distance_a"].to_numpy(float), j["best_distance_b"].to_numpy(float)
+    same = (log_ratios(b, a) == 0) & (j["status_a"].to_numpy() == j["status_b"].to_numpy())
+    identical = bool(len(j)) and bool(same.all()) and len(j) == len(part_a) == len(part_b)
+    ran = (j["status_a"] == "ok").to_numpy() & (j["status_b"] == "ok").to_numpy()
+    r = j[ran].assign(r=log_ratios(b[ran], a[ran]))
+    x = per_image(r.pivot_table(index="model", columns="sample", values="r", aggfunc="first").to_numpy()) \
+        if len(r) else np.zeros(0)
+    xi_a, xi_b = [], []
+    for _, g in r.groupby("model"):
+        da, db = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
+        ref = np.minimum(da, db)
+        xi_a.append(optimality(da, ref))
+        xi_b.append(optimality(db, ref))
+    mean = (lambda v: float(np.nanmean(v)) if len(v) and np.isfinite(v).any() else float("nan"))
+    return {"identical": identical, "x": x, "n_ran": int(ran.sum()), "n_rows": len(j),
+            "own_xi": (mean(xi_a), mean(xi_b))}
+
+
+def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appeared: set[str], gone: set[str],
+          n_ran: int, n_rows: int, need: float) -> tuple[str, str, int]:
+    """(verdict, reason, score) of one implementation whose rows changed: ``VERDICT_RULE``.
+    ``res``: ``equivalence.compare`` of the per-image log ratios new/old (``wins_a``: images
+    better in the new run); ``word``: its answer at the audit's adjusted level."""
+    better, worse = res["wins_a"], res["wins_b"]
+    d_xi = own_xi[1] - own_xi[0] if np.isfinite(own_xi[0]) and np.isfinite(own_xi[1]) else 0.0
     perf = 0
-    if significant(p_adj, better, worse, alpha) and (d_xi >= min_delta or d_asr >= MIN_DELTA_ASR):
-        perf = weight
-    elif significant(p_adj, worse, better, alpha) and (d_xi <= -min_delta or d_asr <= -MIN_DELTA_ASR):
-        perf = -weight
-    new, fixed = sorted(appeared & VERDICT_FLAGS), sorted(gone & VERDICT_FLAGS)
-    plus = perf * (perf > 0) + sum(SEVERITY[f] for f in fixed)
-    minus = -perf * (perf < 0) + sum(SEVERITY[f] for f in new)
+    if word == "different":
+        perf = (LARGE_WEIGHT if abs(d_xi) >= LARGE_DELTA else PERFORMANCE_WEIGHT) * (1 if res["estimate"] < 0 else -1)
+    weighed = VERDICT_FLAGS - RELATIVE_FLAGS
+    new, fixed = sorted(appeared & weighed), sorted(gone & weighed)
+    plus = max(perf, 0) + sum(SEVERITY[f] for f in fixed)
+    minus = max(-perf, 0) + sum(SEVERITY[f] for f in new)
     score = plus - minus
-    parts = [f"ξ {_num(xi[0])} → {_num(xi[1])}"]
-    if abs(d_asr) >= 0.005:
-        parts.append(f"ASR {_pct(asr[0])} → {_pct(asr[1])}")
+    where = "" if n_ran == n_rows else f" on the {n_ran} of {n_rows} (model, image) rows that ran in both"
+    parts = [f"{f} gone" for f in fixed]
     p_text = f"p = {p_adj:.2g}" if p_adj >= 1e-4 else "p < 1e-4"
-    parts.append(f"{better} better / {worse} worse ({p_text}"
-                 + (", significant" if perf else (", not significant" if not (p_adj < alpha) else ", immaterial"))
-                 + ")")
-    parts += [f"{f} gone" for f in fixed]
+    perf_text = {"different": f"different beyond ±{np.expm1(DELTA):.0%}",
+                 "equivalent": f"equivalent within ±{np.expm1(DELTA):.0%}",
+                 "inconclusive": "inconclusive" + (f": rerun with --samples {int(need)}" if np.isfinite(need) else "")}
+    parts.append(f"ξ {_num(own_xi[0])} → {_num(own_xi[1])}{where}, {better} better / {worse} worse images "
+                 f"({perf_text[word]}, {p_text})")
     reason = ", ".join(parts) + (f"; new: {', '.join(new)}" if new else "")
-    if score > 0:
-        word = "improved"
-    elif score < 0:
-        word = "regressed"
+    if plus >= PERFORMANCE_WEIGHT and minus >= PERFORMANCE_WEIGHT or (score == 0 and plus):
+        verdict = "mixed"
+    elif score:
+        verdict = "improved" if score > 0 else "regressed"
     else:
-        word = "mixed" if plus else "unchanged"
-    return word, reason, score
+        verdict = "inconclusive" if word == "inconclusive" and better + worse else "unchanged"
+    return verdict, f"{verdict}: {reason}" if verdict == "mixed" else reason, score
+
+
+def _unsupported(table: pd.DataFrame) -> set[tuple[str, str]]:
+    """(norm, implementation) whose every row in ``table`` is ``unsupported``."""
+    if "status" not in table.columns or table.empty:
+        return set()
+    t = table.assign(_u=table["status"].astype(str) == UNSUPPORTED)
+    if "implementation" not in t.columns:
+        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    agg = t.groupby(["norm", "implementation"])["_u"].all()
+    return {k for k, v in agg.items() if v}
 
 
 def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, min_delta: float = 0.02,
@@ -130,69 +172,91 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
          ref_eps: Mapping[str, float] | None = None, flags_a: pd.DataFrame | None = None,
          flags_b: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (norm, implementation) — and per model when ``by_model`` (``model`` is "*" otherwise):
-    ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after; ``n_better`` counts samples
-    where b found a smaller perturbation than a, ``effect_size`` the rank-biserial correlation in
-    favour of b; the test pools the live samples of the models both ran on. ξ and ASR of the side
-    that did not run a ``new``/``removed`` implementation are NaN. Flags are ``flags`` of each
-    table unless given; twins only contribute through them. ``p_adjusted`` is Holm's over every
-    row present in both runs (the audit is one family of tests); ``score``, ``verdict`` and
-    ``reason`` follow ``VERDICT_RULE`` at family-wise level ``alpha``.
+    ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after. ξ and ASR are against the
+    joint envelope (NaN on the side that did not run a ``new``/``removed`` implementation); the
+    test fields (``n_samples``: images, ``n_better``: images where b found a smaller perturbation,
+    ``effect_size`` in favour of b, ``estimate``: the per-image log ratio new/old, ``answer``,
+    ``images_to_decide``) come from the implementation's own rows on the images that ran in both.
+    ``p_adjusted`` is Holm's over the implementations whose rows changed. Flags are ``flags`` of
+    each table unless given. ``min_delta`` is accepted for compatibility: the materiality of a
+    performance change is the margin δ (``equivalence.DELTA``).
     """
+    unsupported = {"a": _unsupported(table_a), "b": _unsupported(table_b)}
     sides = {"a": prepare(table_a), "b": prepare(table_b)}
     fl = {s: (f if f is not None else compute_flags(sides[s])) for s, f in (("a", flags_a), ("b", flags_b))}
     fsets = {s: _flag_sets(fl[s], by_model) for s in fl}
-    both = pd.concat([without_twins(t).drop_duplicates(["model", "norm", "implementation", "sample"], keep="last")
-                      .assign(_side=s) for s, t in sides.items()], ignore_index=True)
+    both = pd.concat([without_twins(t).assign(_side=s) for s, t in sides.items()], ignore_index=True)
     if both.empty:
         return pd.DataFrame(columns=DIFF_COLUMNS)
     long = long_distances(both, keys=["implementation", "_side"])
     meta = both.groupby(_KEY + ["_side"])[["library", "family", "library_version"]].agg(
         lambda s: ",".join(sorted(set(s.astype(str)) - {""})))
+    rows_of = {k: g for k, g in both.groupby(["_side", *_KEY] + (["model"] if by_model else []), sort=False)}
     refs = {**REF_EPS, **(ref_eps or {})}
     group_keys = _KEY + (["model"] if by_model else [])
     rows = []
     for key, part in long.groupby(group_keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
         norm, impl = key[0], key[1]
         models = {s: sorted(part.loc[part["_side"] == s, "model"].unique()) for s in ("a", "b")}
         shared = sorted(set(models["a"]) & set(models["b"]))
         present = [s for s in ("a", "b") if models[s]]
         use = {s: shared if shared else models[s] for s in ("a", "b")}
-        ref = float(refs.get(norm, np.inf))
-        vals = {s: _side_values(part[part["_side"] == s], use[s], eps_max, ref) for s in ("a", "b")}
+        vals = {s: _side_values(part[part["_side"] == s], use[s], eps_max, float(refs.get(norm, np.inf)))
+                for s in ("a", "b")}
         fkey = (norm, impl) + ((key[2],) if by_model else ())
-        # a finding about all models (model "*": class-conditional label_bug, strength) counts on each
-        every = (norm, impl, "*") if by_model else fkey
+        every = (norm, impl, "*") if by_model else fkey  # a finding about all models counts on each
         fa = fsets["a"].get(fkey, set()) | fsets["a"].get(every, set())
         fb = fsets["b"].get(fkey, set()) | fsets["b"].get(every, set())
-        stat = paired_comparison(vals["b"][2], vals["a"][2]) if shared else paired_comparison([], [])
-        delta = vals["b"][0] - vals["a"][0]
+        own = {"identical": False, "x": np.zeros(0), "n_ran": 0, "n_rows": 0, "own_xi": (np.nan, np.nan)}
+        if len(present) == 2:
+            own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")))
+        res = compare(own["x"])
         verdict = "" if len(present) == 2 else ("new" if present == ["b"] else "removed")
         reason = "" if verdict == "" else f"only in run {present[0]}"
+        for s, other in (("a", "b"), ("b", "a")):
+            if (norm, impl) in unsupported[s] and verdict in ("new", "removed"):
+                verdict, reason = "could not run", f"could not run in run {s} (unsupported by the adapter for that release)"
         m = meta.loc[(norm, impl, present[-1])]
         rows.append({"implementation": impl, "library": m["library"], "family": m["family"], "norm": norm,
                      "model": key[2] if by_model else "*",
                      "version_a": meta.loc[(norm, impl, "a"), "library_version"] if models["a"] else "",
                      "version_b": meta.loc[(norm, impl, "b"), "library_version"] if models["b"] else "",
-                     "optimality_a": vals["a"][0], "optimality_b": vals["b"][0], "delta_optimality": delta,
-                     "asr_a": vals["a"][1], "asr_b": vals["b"][1], "n_models": len(shared),
-                     "n_samples": stat["n_samples"], "n_better": stat["wins_a"], "n_worse": stat["wins_b"],
-                     "ties": stat["ties"], "statistic": stat["statistic"], "p_value": stat["p_value"],
-                     "effect_size": stat["effect_size"], "flags_a": ",".join(sorted(fa)),
-                     "flags_b": ",".join(sorted(fb)), "flags_appeared": ",".join(sorted(fb - fa)),
-                     "flags_disappeared": ",".join(sorted(fa - fb)), "verdict": verdict, "reason": reason,
-                     "_fa": fa, "_fb": fb})
-    out = pd.DataFrame(rows)
-    both = out["verdict"] == ""
-    out["p_adjusted"] = np.nan
-    out.loc[both, "p_adjusted"] = holm(out.loc[both, "p_value"].to_numpy())  # one family: the whole audit
-    out["score"] = 0
-    for i in np.flatnonzero(both.to_numpy()):
+                     "optimality_a": vals["a"][0], "optimality_b": vals["b"][0],
+                     "delta_optimality": vals["b"][0] - vals["a"][0], "asr_a": vals["a"][1], "asr_b": vals["b"][1],
+                     "n_models": len(shared), "n_samples": res["n_images"], "n_better": res["wins_a"],
+                     "n_worse": res["wins_b"], "ties": res["ties"], "statistic": 0.0, "p_value": res["p_value"],
+                     "effect_size": res["effect_size"], "estimate": res["estimate"], "identical": own["identical"],
+                     "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
+                     "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),
+                     "verdict": verdict, "reason": reason, "_fa": fa, "_fb": fb, "_res": res, "_own": own})
+    return _verdicts(pd.DataFrame(rows), alpha)
+
+
+def _verdicts(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Fill p_adjusted, answer, images_to_decide, score, verdict and reason of the rows present in
+    both runs; the Holm family is the implementations whose rows changed."""
+    out["p_adjusted"], out["answer"], out["images_to_decide"], out["score"] = np.nan, "", np.nan, 0
+    both = (out["verdict"] == "").to_numpy()
+    changed = both & ~out["identical"].to_numpy(bool)
+    at = np.flatnonzero(changed)
+    p_diff = holm([r["p_different"] for r in out["_res"].iloc[at]]) if len(at) else []
+    p_eq = holm([r["p_equivalent"] for r in out["_res"].iloc[at]]) if len(at) else []
+    for i, pd_, pe in zip(at, p_diff, p_eq):
         r = out.iloc[i]
-        stat = {"wins_a": int(r["n_better"]), "wins_b": int(r["n_worse"])}
-        word, reason, score = weigh(stat, float(r["p_adjusted"]), (r["optimality_a"], r["optimality_b"]),
-                                    (r["asr_a"], r["asr_b"]), r["_fb"] - r["_fa"], r["_fa"] - r["_fb"], min_delta,
-                                    alpha)
-        out.iloc[i, out.columns.get_loc("verdict")] = word
-        out.iloc[i, out.columns.get_loc("reason")] = reason
-        out.iloc[i, out.columns.get_loc("score")] = score
+        word = answer(pd_, pe, alpha)
+        own = r["_own"]
+        need = images_to_decide(own["x"], alpha / len(at)) if word == "inconclusive" else float("nan")
+        verdict, reason, score = weigh(r["_res"], word, float(pd_), own["own_xi"], r["_fb"] - r["_fa"],
+                                       r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"], need)
+        for col, v in (("p_adjusted", float(pd_)), ("answer", word), ("images_to_decide", need), ("score", score),
+                       ("verdict", verdict), ("reason", reason)):
+            out.iloc[i, out.columns.get_loc(col)] = v
+    for i in np.flatnonzero(both & ~changed):
+        r = out.iloc[i]
+        moved = sorted((r["_fa"] ^ r["_fb"]) & VERDICT_FLAGS)
+        note = f"; flags moved because other implementations changed: {', '.join(moved)}" if moved else ""
+        out.iloc[i, out.columns.get_loc("verdict")] = "unchanged"
+        out.iloc[i, out.columns.get_loc("answer")] = "identical"
+        out.iloc[i, out.columns.get_loc("reason")] = f"identical results on every image{note}"
     return out[DIFF_COLUMNS]

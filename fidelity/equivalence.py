@@ -43,6 +43,8 @@ DELTA = float(np.log(1.05))
 #: finite log ratios are clipped here (100×); a failure against a success counts twice as much
 LOG_RATIO_CAP = float(np.log(100.0))
 FAILURE = 2.0 * LOG_RATIO_CAP
+#: Walsh averages computed in full up to this many (n = 1000 images), sampled beyond
+WALSH_EXACT_MAX = 500_500
 #: exact signed-rank distribution up to this many non-zero values (dynamic programming, cheap)
 EXACT_MAX_N = 40
 ANSWERS = ("different", "equivalent", "inconclusive")
@@ -147,7 +149,11 @@ def hodges_lehmann(x: np.ndarray) -> float:
     x = np.asarray(x, dtype=float)
     if x.size == 0:
         return 0.0
-    i, j = np.triu_indices(x.size)
+    if x.size * (x.size + 1) // 2 <= WALSH_EXACT_MAX:
+        i, j = np.triu_indices(x.size)
+    else:  # thousands of images: a fixed random sample of the Walsh pairs (the median to ~0.1%)
+        rng = np.random.default_rng(0)
+        i, j = np.sort(rng.integers(0, x.size, (2, WALSH_EXACT_MAX)), axis=0)
     return float(np.median((x[i] + x[j]) / 2))
 
 
@@ -194,8 +200,10 @@ PROJECTION_MARGIN = 1.15
 def images_to_decide(x: np.ndarray, alpha: float, delta: float = DELTA) -> float:
     """Images a rerun would need for ``compare`` to decide at level ``alpha`` (different when the
     estimate is beyond δ, equivalent when inside) if the observed per-image values were the
-    truth: the signed-rank z grows as √n, so n·(z_needed/z_observed)², with a 15% margin. ``inf``
-    when the observed values point nowhere (z ≤ 0), e.g. an estimate exactly at ±δ."""
+    truth: the signed-rank z grows as √n, so n·(z_needed/z_observed)², with a 15% margin, then
+    grown by 15% steps until ``compare`` on the values repeated to that size decides. ``inf``
+    when the observed values point nowhere (z ≤ 0, e.g. an estimate exactly at ±δ) or no size
+    up to 270× the projection decides."""
     x = np.asarray(x, dtype=float)
     if x.size == 0:
         return float("inf")
@@ -213,7 +221,15 @@ def images_to_decide(x: np.ndarray, alpha: float, delta: float = DELTA) -> float
     if not z > 0:
         return float("inf")
     n = untied.size if abs(est) > delta else x.size
-    return float(np.ceil(n * (need / z) ** 2 * PROJECTION_MARGIN * scale))
+    size = max(int(np.ceil(n * (need / z) ** 2 * PROJECTION_MARGIN * scale)), x.size + 1)
+    # the normal projection is rough at a few images: grow it until the real test, on the
+    # observed values repeated to that size, decides
+    for _ in range(40):
+        res = compare(np.resize(x, size), delta)
+        if answer(res["p_different"], res["p_equivalent"], alpha) != "inconclusive":
+            return float(size)
+        size = int(np.ceil(size * 1.15))
+    return float("inf")
 
 
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
@@ -266,6 +282,18 @@ class ImageBlocks:
         self.dist[ran] = 0.0
         self.dist[mi, impl[at], col] = long["distance"].to_numpy(float)[at]
         self.d_star[mi, col] = long["d_star"].to_numpy(float)[at]
+
+    @classmethod
+    def from_arrays(cls, dist: np.ndarray, d_star: np.ndarray | None = None) -> "ImageBlocks":
+        """Blocks from (M, k, n) distances (images in the same order on every model); ``d_star``
+        defaults to the minimum over the k implementations."""
+        self = cls.__new__(cls)
+        self.dist = np.asarray(dist, dtype=float)
+        m, k, n = self.dist.shape
+        self.keys = [(str(i), "") for i in range(k)]
+        self.models, self.images = [str(i) for i in range(m)], np.arange(n)
+        self.d_star = np.nanmin(self.dist, axis=1) if d_star is None else np.asarray(d_star, dtype=float)
+        return self
 
     def ran(self, i: int) -> np.ndarray:
         """(M,) whether implementation i ran on each model."""

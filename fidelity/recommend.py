@@ -220,7 +220,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
 
 
-def _pair_tests(blocks: ImageBlocks, cands: list[int], alpha: float) -> tuple[dict, np.ndarray, list]:
+def trust_tests(blocks: ImageBlocks, cands: list[int], alpha: float = ALPHA) -> tuple[dict, np.ndarray, list]:
     """All candidate pairs: (``{(i, j): (per-image values, compare result)}``, exclusions (c,),
     the pair list). Holm over every pair's difference test; excluded: worse than some other."""
     pairs = [(a, b) for x, a in enumerate(cands) for b in cands[x + 1:]]
@@ -275,7 +275,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
                        "samples_to_separate": float("nan"), "images_to_decide": float("nan"),
                        "runner_up": g["implementation"].iloc[1] if len(g) > 1 else "",
                        "note": note, "weak": _weak(g, norm_best, set()), "summary": note}
-    tests, excluded, pairs = _pair_tests(blocks, cands, alpha)
+    tests, excluded, pairs = trust_tests(blocks, cands, alpha)
     kept = [c for c, ex in zip(cands, excluded) if not ex]
     top = kept[0]  # candidates are in ξ-tier then cost order
     members = [_member(g.iloc[top], ci[top])]
@@ -287,7 +287,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
         vals = flip * x[np.isfinite(x)]
         word = answer(1.0, pe, alpha)                          # not different: it was kept
         wins_top, wins_member = (res["wins_a"], res["wins_b"]) if top < c else (res["wins_b"], res["wins_a"])
-        need = images_to_decide(vals, alpha / max(len(others), 1)) if word != "equivalent" else float("nan")
+        need = images_to_decide(vals, alpha / max(len(others), 1)) if word != "equivalent" else None
         members.append(_member(g.iloc[c], ci[c]) | {
             "answer": word, "estimate": -flip * res["estimate"], "p_equivalent": float(pe),
             "p_different": float(res["p_different"]), "images_to_decide": need, "p_adjusted": float(pe),
@@ -305,6 +305,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
         members[0]["why_zero"] = f"ξ = 0: {what_happened(blocks, top, eps_max)}"
     far = bool(np.isfinite(xi_norm) and xi_top < WEAK_FRACTION * xi_norm)
     undecided = [m["images_to_decide"] for m in members[1:] if m["answer"] != "equivalent"]
+    # images that would decide whether the excluded were rightly excluded are not asked for
     need = max(undecided) if undecided else float("nan")
     notes = [f"flagged, not considered: {flagged_note}"] if flagged_note else []
     summary = _summary(verdict, members, top_share, top_in_set, len(cands), len(g), best_norm, far)

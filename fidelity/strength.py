@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .optimality import global_optimality
+from .optimality import global_optimality, local_optimality
 
 #: "far below": global ξ under this fraction of the family's published optimality AND under this
 #: fraction of the best global ξ of its norm here (README: sound strong implementations measure
@@ -68,11 +68,18 @@ def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | 
     if table.empty:
         return []
     g = strength_findings(global_optimality(table, eps_max))
+    local = local_optimality(table, eps_max)
     out = []
     for r in g[g["below_expected"]].itertuples(index=False):
+        mine = local[(local["norm"] == r.norm) & (local["implementation"] == r.implementation)
+                     & (local["library_version"] == r.library_version)]
+        broke = int(mine["n_success"].sum())
+        zero = ("" if r.optimality > 0 else
+                " (it broke no image)" if broke == 0 else
+                f" (it broke {broke} (model, image) cases, every one beyond ε₀, where ξ gives no credit)")
         out.append({"model": "*", "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": "below_expected_strength", "evidence": (
-                        f"global ξ {r.optimality:.3f} over {r.n_models} models, below half of both the optimality "
+                        f"global ξ {r.optimality:.3f}{zero} over {r.n_models} models, below half of both the optimality "
                         f"AttackBench publishes for {r.family} under {r.norm} ({r.expected:.3f}) and the best "
                         f"attack of {r.norm} here ({r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}): a strong family "
                         f"implemented far from its strength")})

@@ -8,8 +8,8 @@ seed: its differences are the attack's own noise, the floor every other twin is 
 Per (model, norm, implementation) an image *differs* when success differs or the best distances
 differ by more than the check's relative tolerance. The test (a p-value per judged job):
 
-- with a seed twin: the images that differ on the twin but not between the seeds against the
-  reverse (exact McNemar, one-sided): a difference beyond the attack's own noise;
+- with a seed twin: per image, the twin's |log ratio| to the base against the second seed's (a
+  one-sided signed-rank test): a difference beyond the attack's own noise;
 - without one (a deterministic attack): the count of differing images against a binomial with the
   check's null rate (``NULL_RATE``, above the measured noise of sound attacks).
 
@@ -26,7 +26,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from ._table import IMPL_KEY, base_of, is_twin, twin_kind
-from .equivalence import benjamini_hochberg
+from .equivalence import benjamini_hochberg, log_ratios, signed_rank_p
 from .stats import ALPHA
 
 #: relative tolerance per kind: permuting logits is exact in float arithmetic (measured ≤ 1.1e-6);
@@ -74,21 +74,21 @@ def judge(t: pd.DataFrame) -> pd.DataFrame:
     keys = ["base", "model", "kind", "norm", *IMPL_KEY]
     seed = {}
     for key, g in pairs[pairs["kind"] == "seed"].groupby(["base", "norm", *IMPL_KEY], sort=True):
-        g = g.sort_values("sample")
-        seed[key] = pd.Series(differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(),
-                                      RTOL["seed"]), index=g["sample"].to_numpy())
+        seed[key] = g.set_index("sample")["best_distance_twin"]
     rows = []
     for (b, twin, kind, norm, impl, version), g in pairs.groupby(keys, sort=True):
         if kind not in FLAG_OF or str(g["family"].iloc[0]) in EXEMPT[kind]:
             continue
         g = g.sort_values("sample")
-        d = differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), RTOL[kind])
+        base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
+        d = differs(base, other, RTOL[kind])
         floor = seed.get((b, norm, impl, version))
         if floor is not None:
-            s = floor.reindex(g["sample"].to_numpy()).fillna(False).to_numpy(bool)
-            only_twin, only_seed = int((d & ~s).sum()), int((s & ~d).sum())
-            p = float(sps.binom.sf(only_twin - 1, only_twin + only_seed, 0.5)) if only_twin else 1.0
-            n_seed = int(s.sum())
+            # per image: is the twin farther from the base than a second seed is?
+            s = floor.reindex(g["sample"].to_numpy()).to_numpy(float)
+            u, v = np.abs(log_ratios(other, base)), np.abs(log_ratios(s, base))
+            p = signed_rank_p(u - v, "greater")
+            n_seed = int(differs(base, s, RTOL[kind]).sum())
         else:
             p = float(sps.binom.sf(int(d.sum()) - 1, d.size, NULL_RATE[kind])) if d.any() else 1.0
             n_seed = np.nan

@@ -1,0 +1,186 @@
+"""Calibration of attackaudit's verdicts: false-positive rates under realistic nulls and power on
+defects of known size, at 16, 64 and 256 images on 1 and 3 models (fidelity/README.md,
+"Calibration"). Every rule runs through the project's own code (fidelity/).
+
+    .venv/bin/python benchmarks/calibration.py [--reps R] [--images 16 64 256] [--models 1 3] [RUN_DIR]
+
+Per-image distances are synthesised (``fidelity.synthetic``: one difficulty per image shared by
+every model, per-model scale, 10% clean errors), or, with RUN_DIR, resampled from a real run: the
+envelope of each real model's images is the truth and images are drawn with replacement (every
+model's row of an image together). Scenarios (null: any verdict is a false positive; defect: the
+verdict is the power):
+
+| scenario | kind | what |
+|---|---|---|
+| ``aa`` | null | two identical copies of a deterministic sound attack |
+| ``seeds`` | null | four sound randomised attacks of equal strength (independent seed noise); for "tied" the power to show two of them equivalent |
+| ``weak`` | null | a weak but correct attack whose failures (15%) follow image difficulty |
+| ``far20`` | defect | an attack 20% farther on every image than a sound sibling; for "tied" a false tie |
+| ``perm40`` | defect | the class-permuted twin moves 40% of the images by 30% |
+| ``class`` | defect | fails every image of one class, sound elsewhere |
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attackaudit.fidelity import diff
+from attackaudit.fidelity.class_failure import judge_table as judge_classes
+from attackaudit.fidelity.equivalence import ImageBlocks, answer, compare, log_ratios, per_image
+from attackaudit.fidelity.recommend import trust_tests
+from attackaudit.fidelity.stats import ALPHA
+from attackaudit.fidelity.synthetic import (SEED_NOISE, attack_distances, table_from_arrays,
+                                            true_distances)
+from attackaudit.fidelity.twins import judge as judge_twins
+
+EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
+
+
+def _truth_sampler(run_dir: str | None):
+    """A function (rng, n_images, n_models) → (M, n) true distances: synthetic, or resampled
+    images of a real run's envelope."""
+    if not run_dir:
+        return true_distances
+    from attackaudit.fidelity import envelope
+    from attackaudit.store import load_run
+
+    env = envelope(load_run(run_dir))
+    env = env[~env["model"].str.contains("~")]
+    norm = env["norm"].value_counts().index[0]
+    wide = env[env["norm"] == norm].pivot_table(index="model", columns="sample", values="d_star").to_numpy()
+
+    def sample(rng: np.random.Generator, n_images: int, n_models: int) -> np.ndarray:
+        cols = rng.integers(0, wide.shape[1], n_images)
+        rows = rng.integers(0, wide.shape[0], n_models) if n_models > wide.shape[0] else np.arange(n_models)
+        return wide[np.ix_(rows, cols)]
+    return sample
+
+
+def _excluded(dist: list[np.ndarray]) -> np.ndarray:
+    """Trust-set exclusions (all pairs, Holm) among implementations with (M, n) distances."""
+    blocks = ImageBlocks.from_arrays(np.stack(dist, axis=1))
+    return trust_tests(blocks, list(range(len(dist))), ALPHA)[1]
+
+
+def _pair_answer(a: np.ndarray, b: np.ndarray) -> str:
+    """The answer for two implementations (k = 2: no multiplicity), per image over models."""
+    x = per_image(np.where(np.minimum(a, b) > 0, log_ratios(a, b), np.nan))
+    res = compare(x)
+    return answer(res["p_different"], res["p_equivalent"], ALPHA)
+
+
+def _gap_flagged(dist: dict[str, np.ndarray], models: list[str]) -> set[str]:
+    from attackaudit.fidelity.flags import optimality_gap
+    return {f["implementation"] for f in optimality_gap(table_from_arrays(dist, models))}
+
+
+def _audit(before: np.ndarray, after: np.ndarray, sibling: np.ndarray, models: list[str]) -> str:
+    ta = table_from_arrays({"x/a": before, "x/s": sibling}, models)
+    tb = table_from_arrays({"x/a": after, "x/s": sibling}, models, version="2.0")
+    d = diff(ta, tb, flags_a=EMPTY_FLAGS, flags_b=EMPTY_FLAGS)
+    return str(d.set_index("implementation").loc["x/a", "verdict"])
+
+
+def _perm(base: np.ndarray, twin: np.ndarray, seed: np.ndarray | None, models: list[str]) -> bool:
+    dists = {"x/a": np.vstack([base, twin] + ([seed] if seed is not None else []))}
+    names = models + [f"{m}~perm" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
+    t = table_from_arrays(dists, names)
+    j = judge_twins(t)
+    return bool(j["flagged"].any())
+
+
+def _class_bug(truth: np.ndarray, attack: np.ndarray, labels: np.ndarray, models: list[str]) -> bool:
+    j = judge_classes(table_from_arrays({"x/sound": truth, "x/a": attack}, models, labels=labels))
+    return bool(j["flagged"].any())
+
+
+def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] | None = None) -> dict[str, bool]:
+    """Every rule × scenario once (or those named in ``only``): True where the rule fired."""
+    models = [f"m{i}" for i in range(m)]
+    truth = truth_of(rng, n, m)
+    sound = attack_distances(rng, truth)
+    seeds = [attack_distances(rng, truth, seed_noise=SEED_NOISE) for _ in range(4)]
+    weak = attack_distances(rng, truth, fail_rate=0.15)
+    far = attack_distances(rng, truth, farther=1.2, seed_noise=SEED_NOISE)
+    moved = seeds[0] * np.where(rng.random(seeds[0].shape) < 0.4, 1.3, 1.0)
+    labels = rng.integers(0, 10, n)
+    dead = attack_distances(rng, truth, fail_images=np.flatnonzero(labels == labels[0]))
+    checks = {
+        "trust exclusion | aa": lambda: bool(_excluded([sound, sound.copy()]).any()),
+        "trust exclusion | seeds": lambda: bool(_excluded(seeds).any()),
+        "trust exclusion | far20": lambda: bool(_excluded([seeds[0], far])[1]),
+        "tied (equivalence) | seeds": lambda: _pair_answer(seeds[0], seeds[1]) == "equivalent",
+        "tied (equivalence) | far20": lambda: _pair_answer(seeds[0], far) == "equivalent",
+        "optimality_gap | seeds": lambda: bool(_gap_flagged({f"x/s{i}": s for i, s in enumerate(seeds)}, models)),
+        "optimality_gap | far20": lambda: "x/far" in _gap_flagged({"x/s": seeds[0], "x/far": far}, models),
+        "audit regressed/improved | seeds": lambda: _audit(seeds[0], seeds[1], sound, models) in ("regressed",
+                                                                                                 "improved"),
+        "audit regressed | far20": lambda: _audit(seeds[0], far, sound, models) == "regressed",
+        "label_bug (perm twin) | aa": lambda: _perm(sound, sound.copy(), None, models),
+        "label_bug (perm twin) | seeds": lambda: _perm(seeds[0], seeds[1], seeds[2], models),
+        "label_bug (perm twin) | perm40": lambda: _perm(seeds[0], moved, seeds[1], models),
+        "label_bug (class) | weak": lambda: _class_bug(sound, weak, labels, models),
+        "label_bug (class) | class": lambda: _class_bug(sound, dead, labels, models),
+    }
+    return {k: f() for k, f in checks.items() if only is None or k in only}
+
+
+def calibrate(reps: int, images: list[int], n_models: list[int], run_dir: str | None = None,
+              seed: int = 0, only: set[str] | None = None) -> pd.DataFrame:
+    """One row per (rule | scenario, images, models): the share of ``reps`` repetitions where it
+    fired (the false-positive rate under a null, the power on a defect). ``only``: the
+    "rule | scenario" keys to run (all by default)."""
+    truth_of = _truth_sampler(run_dir)
+    rows = []
+    for n in images:
+        for m in n_models:
+            rng = np.random.default_rng([seed, n, m])
+            hits = [one_rep(rng, n, m, truth_of, only) for _ in range(reps)]
+            for key in hits[0]:
+                rule, scenario = key.split(" | ")[:2]
+                rows.append({"rule": rule, "scenario": scenario, "images": n, "models": m,
+                             "rate": float(np.mean([h[key] for h in hits])), "reps": reps})
+    return pd.DataFrame(rows)
+
+
+#: (rule, scenario) pairs that measure power (the verdict is right); every other one is a null
+POWER = frozenset({("trust exclusion", "far20"), ("tied (equivalence)", "seeds"), ("optimality_gap", "far20"),
+                   ("audit regressed", "far20"), ("label_bug (perm twin)", "perm40"), ("label_bug (class)", "class")})
+
+
+def as_table(res: pd.DataFrame) -> str:
+    """Markdown: rule, scenario, FPR or power, then one column per (images, models)."""
+    res = res.assign(kind=["power" if (r, s) in POWER else "FPR" for r, s in zip(res["rule"], res["scenario"])])
+    wide = res.pivot_table(index=["rule", "scenario", "kind"], columns=["images", "models"], values="rate",
+                           sort=False)
+    head = "| rule | scenario | measures | " + " | ".join(f"{n} img × {m}" for n, m in wide.columns) + " |"
+    lines = [head, "|" + "---|" * (3 + len(wide.columns))]
+    for (rule, scen, kind), vals in wide.iterrows():
+        lines.append(f"| {rule} | {scen} | {kind} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir", nargs="?", help="a finished run to resample real per-image tables from")
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--images", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--models", type=int, nargs="+", default=[1, 3])
+    args = ap.parse_args(argv)
+    if args.run_dir and not Path(args.run_dir).is_dir():
+        print(f"calibration: {args.run_dir} is not a run directory", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    res = calibrate(args.reps, args.images, args.models, args.run_dir)
+    print(as_table(res))
+    print(f"\n{args.reps} repetitions per cell, α = {ALPHA}; {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
