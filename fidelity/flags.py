@@ -240,6 +240,11 @@ def _optimality_gap(t: pd.DataFrame) -> list[dict]:
     return out
 
 
+def optimality_gap(table: pd.DataFrame) -> list[dict]:
+    """The ``optimality_gap`` findings alone (with their report-wide BH), for a raw table."""
+    return _optimality_gap(without_twins(prepare(table)))
+
+
 def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
     """A twin is the same network: a finding on ``M~shift`` that ``M`` has too is a repeat."""
     if found.empty:
