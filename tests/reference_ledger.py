@@ -3,12 +3,21 @@
 The rule is written once, in the module docstring of ``attackaudit.tracker`` (steps 1–7 below
 refer to it). This class has no fast path, no deferred buffer, no pending counters and no hint
 cache: every query is attributed, charged and offered as best candidate row by row, in order,
-with plain Python loops. Its distances are its own plain code (``plain_distance``: Python floats,
-``math.fsum``), not ``attackaudit.distance``, so that a bug there cannot pass unseen: they are
-exact sums of the float32 coordinates, where the tracker's float32 reductions round, so kept
-distances agree within ``DISTANCE_RTOL`` and every decision (owner, reach, order of kept bests)
-agrees exactly. It shares with the tracker only the tracker's documented constants and the one
-definition of success (``attackaudit.success``: a strict logit inequality, ties never succeed).
+with plain Python loops. Its distances are its own plain code, not ``attackaudit.distance``, so
+that a bug there cannot pass unseen:
+
+* attribution (steps 3–5): ``plain_distance``, exact sums of the coordinates (Python floats,
+  ``math.fsum``). The tracker's float32 distances round; its decisions compare distances to
+  different points, which real attacks and the property streams never bring within a rounding
+  error of each other, so every owner agrees exactly.
+* best candidates (step 7): ``size_in_dtype``, the norm's formula in the inputs' dtype, because
+  there the rounding decides: a fixed-ε attack projects many candidates onto its ε-sphere, whose
+  float32 sizes tie or differ in the last bit, and the rule keeps the earliest of equal ones.
+  The formulas use the reductions whose float32 result does not depend on the batch
+  (``sum`` over a row, ``linalg.vector_norm``), so kept points and distances agree exactly.
+
+It shares with the tracker only the tracker's documented constants and the one definition of
+success (``attackaudit.success``: a strict logit inequality, ties never succeed).
 """
 from __future__ import annotations
 
@@ -23,10 +32,6 @@ from attackaudit.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_S
 #: a coordinate changed by less than this does not count towards L0 (float round-trips through
 #: numpy/float32 leave ~1e-8 noise; the smallest real change on 8-bit data is 1/255)
 L0_TOLERANCE = 1e-6
-#: kept distances: the tracker's float32 reductions against this ledger's exact sums (a float32
-#: sum of D terms is within about D·2⁻²⁴ of the exact one; D = 64 on the digits)
-DISTANCE_RTOL = 1e-5
-DISTANCE_ATOL = 1e-6
 
 
 def plain_distance(delta: list[float], norm: str) -> float:
@@ -44,6 +49,20 @@ def plain_distance(delta: list[float], norm: str) -> float:
         return math.sqrt(math.fsum(d * d for d in size)) if all(math.isfinite(d) for d in size) else math.inf
     if norm == "linf":
         return max(size, default=0.0)
+    raise ValueError(norm)
+
+
+def size_in_dtype(delta: Tensor, norm: str) -> Tensor:
+    """Size of one flattened difference (D) under ``norm``, computed in its own dtype (a 0-d tensor)."""
+    size = delta.abs()
+    if norm == "l0":
+        return (size > L0_TOLERANCE).sum().to(delta.dtype)
+    if norm == "l1":
+        return size.sum()
+    if norm == "l2":
+        return torch.linalg.vector_norm(delta, 2)
+    if norm == "linf":
+        return size.max() if len(size) else delta.new_zeros(())
     raise ValueError(norm)
 
 
@@ -76,7 +95,7 @@ class ReferenceLedger(nn.Module):
         self.reach = self._reach()
         self.previous: tuple[list[list[float]], list[int]] | None = None
         self.hint: list[int] | None = None
-        self.kept: list[list[tuple[float, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
+        self.kept: list[list[tuple[Tensor, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
         with torch.no_grad():
             clean = self.model(self.inputs)
         self.num_classes = int(clean.shape[1])  # as the tracker: adapters read it instead of querying
@@ -203,9 +222,9 @@ class ReferenceLedger(nn.Module):
 
     def _offer(self, row: Tensor, i: int) -> None:
         point = row.clamp(0, 1)
-        dist = plain_distance(difference(point.tolist(), self.originals[i]), self.norm)
+        dist = size_in_dtype(point - self.flat[i], self.norm)
         self.kept[i].append((dist, point))
-        self.kept[i].sort(key=lambda entry: entry[0])  # stable: the earliest of equals first
+        self.kept[i].sort(key=lambda entry: float(entry[0]))  # stable: the earliest of equals first
         del self.kept[i][KEEP_BESTS:]
 
     def offer(self, adversarial: Tensor) -> None:
@@ -235,7 +254,7 @@ class ReferenceLedger(nn.Module):
     def kept_tensors(self) -> tuple[Tensor, Tensor]:
         """(N×KEEP_BESTS×D points, N×KEEP_BESTS distances), as ``QueryTracker.kept``."""
         points = self.flat.unsqueeze(1).repeat(1, KEEP_BESTS, 1).clone()
-        dist = torch.full((self.n, KEEP_BESTS), math.inf, dtype=torch.float64)
+        dist = torch.full((self.n, KEEP_BESTS), math.inf, dtype=self.flat.dtype)
         for i, entries in enumerate(self.kept):
             for k, (d, point) in enumerate(entries):
                 points[i, k], dist[i, k] = point, d
@@ -247,21 +266,12 @@ def same(a: Tensor, b: Tensor) -> bool:
     return a.shape == b.shape and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
-def same_distances(dist: Tensor, ref_dist: Tensor) -> bool:
-    """The tracker's kept distances (N×KEEP_BESTS) equal the ledger's exact ones (float64) within
-    ``DISTANCE_RTOL``; inf (an empty place) only where the ledger has inf."""
-    dist = dist.double()
-    return dist.shape == ref_dist.shape and torch.equal(torch.isinf(dist), torch.isinf(ref_dist)) and bool(
-        torch.allclose(dist, ref_dist, rtol=DISTANCE_RTOL, atol=DISTANCE_ATOL))
-
-
 def assert_agree(t, ref: ReferenceLedger, where: str = "") -> None:
-    """The tracker ``t`` and the ledger agree: counts, refusals and kept points exactly, kept
-    distances within ``DISTANCE_RTOL`` (the tracker's float32 rounding)."""
+    """The tracker ``t`` and the ledger agree exactly: counts, refusals, kept candidates."""
     assert t.forwards.tolist() == ref.forwards, where
     assert t.backwards.tolist() == ref.backwards, where
     assert t.refused.tolist() == ref.refused, where
     points, dist = t.kept
     ref_points, ref_dist = ref.kept_tensors()
-    assert same_distances(dist, ref_dist), (where, dist, ref_dist)
+    assert torch.equal(dist, ref_dist), (where, dist, ref_dist)
     assert torch.equal(points, ref_points), where

@@ -6,9 +6,11 @@ Every spec runs on the real digits CNN with its steps scaled down:
   box, and a quick run that fits the budget (nothing refused);
 * called directly on a QueryTracker and on the reference ledger (``tests/reference_ledger.py``,
   the attribution rule one row at a time) with a budget small enough that most attacks run past
-  it: per-sample forwards, backwards, refusals and kept bests must agree exactly. This is the
-  budget check that can fail: a fast path that charges the wrong sample, or lets a query through
-  after the budget, disagrees with the ledger.
+  it: per-sample forwards, backwards, refusals, kept bests (points and distances), the returned
+  batch or the exception (type and message) must agree. This is the budget check that can fail:
+  a fast path that charges the wrong sample, or lets a query through after the budget, disagrees
+  with the ledger; an unbounded run of the same seeded attack says whether it went past the
+  budget, and then refusals must have happened.
 
 Per library the catalogue is pinned, and known upstream bugs are strict xfails (a fixed release
 shows up as an unexpected pass). Plugins run through the same checks: the example plugin always,
@@ -25,7 +27,7 @@ from typing import Callable
 
 import pytest
 import torch
-from reference_ledger import ReferenceLedger
+from reference_ledger import ReferenceLedger, assert_agree, same
 
 from attackaudit.adapters import AttackSpec, load_library, load_plugin_file
 from attackaudit.adapters.spec import spec_problem
@@ -224,34 +226,48 @@ def test_spec_runs_within_budget(key, model, data):
     assert int(tracker.refused.sum()) == 0  # the quick steps fit the budget: nothing was refused
 
 
-def _ledger_call(spec: AttackSpec, wrapper, x: torch.Tensor, y: torch.Tensor):
+def _ledger_call(spec: AttackSpec, wrapper, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | str:
+    """The seeded attack on ``wrapper``: its output, or its crash as "Type: message" (a crash is
+    data; both sides must crash alike)."""
     seed_everything(0)
     eps = LEDGER_EPS[spec.norm]
     kw = {} if spec.kind == "minimal" else {
         "eps": torch.full((len(x),), eps) if spec.per_sample_eps else eps}  # ε's two forms
     try:
         return spec.run(wrapper, x.clone(), y.clone(), **kw)
-    except Exception as exc:  # a crash is data; both sides must crash alike
-        return type(exc).__name__
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 @pytest.mark.parametrize("key", _cases(SPECS, skip=lambda key: key in EXPECT[key].ledger_skip, bugs_fail=False))
 def test_counts_agree_with_the_reference_ledger(key, model, data):
     """Past a small budget: the same seeded attack on the tracker and on the ledger is charged
-    identically, sample by sample, refusals included."""
+    identically, sample by sample, refusals included, keeps the same bests (points and distances)
+    and returns (or raises) the same. An unbounded run of the same seeded attack tells whether it
+    runs past the budget: until the first refusal both runs are the same computation, so one that
+    goes past it must be refused, and one that stays within it is charged as the unbounded run."""
     x, y = data
     spec = EXPECT[key].quick(SPECS[key])
     tracker = QueryTracker(model, x, y, norm=spec.norm, budget=LEDGER_BUDGET)
     ledger = ReferenceLedger(model, x, y, norm=spec.norm, budget=LEDGER_BUDGET)
+    unbounded = QueryTracker(model, x, y, norm=spec.norm, budget=10**9)
     outcome = _ledger_call(spec, tracker, x, y)
     ref_outcome = _ledger_call(spec, ledger, x, y)
-    assert type(outcome) is type(ref_outcome), (outcome, ref_outcome)
+    free_outcome = _ledger_call(spec, unbounded, x, y)
+    if isinstance(outcome, str) or isinstance(ref_outcome, str):
+        assert outcome == ref_outcome, (outcome, ref_outcome)  # the same exception type and message
+    else:
+        assert same(outcome, ref_outcome), f"{key}: the attack returned different outputs"
     crashes = {**EXPECT[key].known_bugs, **EXPECT[key].ledger_crashes}
     assert isinstance(outcome, torch.Tensor) or key in crashes, outcome
-    assert tracker.forwards.tolist() == ledger.forwards, key
-    assert tracker.backwards.tolist() == ledger.backwards, key
-    assert tracker.refused.tolist() == ledger.refused, key
+    assert_agree(tracker, ledger, key)
     assert sum(ledger.forwards) > 0, f"{key} never queried the model"
+    needed = int((unbounded.queries + unbounded.refused).max())
+    if needed > LEDGER_BUDGET:
+        assert int(tracker.refused.sum()) > 0, f"{key} needs {needed} queries on a sample, none refused at {LEDGER_BUDGET}"
+    else:
+        assert tracker.refused.sum() == 0 and torch.equal(tracker.queries, unbounded.queries), key
+        assert isinstance(free_outcome, str) == isinstance(outcome, str), (outcome, free_outcome)
 
 
 @pytest.mark.parametrize("key", _cases({k for e in ENTRIES.values() for k in e[1].strong}))

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import attackaudit.tracker as tracker_module
 from attackaudit.tracker import BOX_TOLERANCE, DEFERRED_QUERIES, QueryTracker
 from conftest import examples
-from reference_ledger import ReferenceLedger, assert_agree, same, same_distances
+from reference_ledger import ReferenceLedger, assert_agree, same
 
 NORMS = ("l0", "l1", "l2", "linf")
 #: values far outside [0, 1] that a broken attack returns; moderate enough that float32 sums
