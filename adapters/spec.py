@@ -100,6 +100,7 @@ class AttackSpec:
     steps_param: str = ""  # the params key that sets the number of iterations, if any
     note: str = ""
     targeted_only: bool = False  # no untargeted mode: runs only in --targeted runs
+    randomised: bool = False  # draws random numbers (random start, ...): --metamorphic gives it a seed twin
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:

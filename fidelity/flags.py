@@ -21,12 +21,14 @@ from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin,
 from ..schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
 from .class_failure import class_findings
+from .defects import defect_findings
 from .equivalence import DELTA, benjamini_hochberg
 from .stats import ALPHA
 from .twins import twin_findings
 from .strength import below_expected_strength
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
+         "out_of_ball", "eps_unused", "batch_dependence",  # defects.py
          "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
          "below_expected_strength")
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",
@@ -273,7 +275,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     rows = _with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
-             + below_expected_strength(real, eps_max))
+             + below_expected_strength(real, eps_max) + defect_findings(t))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))

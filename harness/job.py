@@ -22,9 +22,11 @@ from torch import Tensor, nn
 
 from attackaudit.adapters.release import Unsupported
 
+from . import twins
 from .distance import lp_norm
-from .minimal import minimal_search
+from .minimal import BallRecord, minimal_search
 from .schema import OUT_OF_BOX_ERROR, ROW_COLUMNS, UNSUPPORTED
+from .success import is_success
 from .tracker import BOX_TOLERANCE, QueryTracker
 from .zoo import PERM_SUFFIX, perm_twin_classes
 
@@ -99,11 +101,13 @@ def output_problem(adv: object, inputs: Tensor) -> str:
 
 def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
                         targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
-                        clean_logits: Tensor | None = None) -> tuple[QueryTracker, object, str]:
+                        clean_logits: Tensor | None = None,
+                        record: BallRecord | None = None) -> tuple[QueryTracker, object, str]:
     """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
 
-    Fixed-ε specs go through the minimal-ε search. An exception becomes the error line; the
-    tracker keeps what it saw before it.
+    Fixed-ε specs go through the minimal-ε search, which fills ``record`` when given
+    (``BallRecord.empty(inputs)``). An exception becomes the error line; the tracker (and the
+    record) keep what they saw before it.
     """
     targeted = targets is not None
     tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
@@ -138,7 +142,7 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
 
             returned = minimal_search(attack, inputs, spec.norm, success, lambda: tracker.queries,
                                       budget, per_sample_eps=spec.per_sample_eps,
-                                      clean_adversarial=tracker.clean_adversarial)
+                                      clean_adversarial=tracker.clean_adversarial, record=record)
     except InvalidOutput as exc:
         return tracker, None, f"invalid: {exc}"
     except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
@@ -158,8 +162,11 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
 
     ``progress(samples done, samples, budget fraction used in the current batch)`` is called as
     the job goes: after each batch, and while one runs. ``clean_logits`` (N×classes, from
-    ``clean_logits``) spares each batch's tracker its own clean forward."""
-    seed_everything(job.seed)
+    ``clean_logits``) spares each batch's tracker its own clean forward. A run twin
+    (``attackaudit.twins``) runs the attack with another seed (``M~seed``) or one sample per call
+    (``M~split``)."""
+    spec = twins.twin_spec(spec, job.model)
+    seed_everything(twins.attack_seed(job.model, job.seed))
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
@@ -169,17 +176,18 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
     if job.model.endswith(PERM_SUFFIX):  # the twin's classes are σ of the base model's
         labels, tgt = perm_twin_classes(model, inputs, labels, tgt, clean_logits)
     start = time.perf_counter()
-    batches = _batches(len(labels), job.batch_size)
-    trackers, returned_parts, errors = [], [], []
+    batches = _batches(len(labels), twins.batch_size(job.model, job.batch_size))
+    trackers, returned_parts, errors, records = [], [], [], []
     for sl in batches:
         on_queries = None
         if progress is not None:
             def on_queries(used: int, done: int = sl.start) -> None:
                 progress(done, len(labels), min(1.0, used / job.budget))
+        record = BallRecord.empty(inputs[sl]) if spec.kind == "fixed" else None
         tracker, returned, error = attack_with_tracker(
             spec, model, inputs[sl], labels[sl], budget=job.budget,
             targets=tgt[sl] if tgt is not None else None, on_progress=on_queries,
-            clean_logits=clean_logits[sl].to(device) if clean_logits is not None else None)
+            clean_logits=clean_logits[sl].to(device) if clean_logits is not None else None, record=record)
         tracker.on_progress = None  # reading its results later must not report this batch again
         if progress is not None:
             progress(sl.stop, len(labels), 0.0)
@@ -188,10 +196,11 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
         trackers.append(tracker)
         returned_parts.append(returned)
         errors.append(error)
+        records.append(record)
     wall = time.perf_counter() - start
 
     frames = []
-    for sl, tracker, returned, error in zip(batches, trackers, returned_parts, errors):
+    for sl, tracker, returned, error, record in zip(batches, trackers, returned_parts, errors, records):
         x, y = inputs[sl], labels[sl]
         t = tgt[sl] if tgt is not None else None
         status = "ok"
@@ -228,6 +237,7 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
             "returned_adversarial": ret_adv,
             "status": status,
             "error": error,
+            **_defect_columns(tracker, x, returned if status == "ok" else None, record),
         })
         frames.append(frame)
     rows = pd.concat(frames, ignore_index=True)
@@ -238,6 +248,38 @@ def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, tar
         params_hash=spec.params_hash, params=json.dumps(dict(spec.params), sort_keys=True, default=str),
         targeted=job.targeted, budget=job.budget, wall_s=wall)
     return rows[ROW_COLUMNS]
+
+
+def _strict_class(logits: Tensor) -> Tensor:
+    """Per row of ``logits`` (N×classes), the class whose logit is strictly above every other, or
+    −1 on a tie at the top (the one success rule: no class wins a tie)."""
+    top = logits.argmax(1)
+    return torch.where(is_success(logits, top, top), top, torch.full_like(top, -1))
+
+
+def _defect_columns(tracker: QueryTracker, x: Tensor, returned: Tensor | None,
+                    record: BallRecord | None) -> dict[str, np.ndarray]:
+    """The per-sample columns the defect rules of fidelity/defects.py read, for one batch (N):
+    ``returned_class``, the class the attack's output reached (the returned row of a minimal
+    attack, the row returned at the largest ε the search tried for a fixed-ε one; −1 when there is
+    none or the top is tied), judged once on the unwrapped model, uncounted like the re-check of
+    bests; and the minimal-ε search's ``BallRecord`` (``ball_*``, ``eps_fail_*``; 0 calls and NaN
+    for minimal attacks)."""
+    n = len(x)
+    final = record.widest if record is not None else returned
+    returned_class = np.full(n, -1)
+    if final is not None:
+        with torch.no_grad():
+            logits = tracker.model(final.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1))
+        returned_class = _strict_class(logits).cpu().numpy()
+    if record is None:
+        nan = np.full(n, np.nan)
+        return {"returned_class": returned_class, "ball_calls": np.zeros(n, dtype=int), "ball_out": np.zeros(n, dtype=int),
+                "ball_worst_ratio": nan, "ball_worst_eps": nan, "eps_fail_max": nan, "eps_fail_ratio": nan}
+    return {"returned_class": returned_class, "ball_calls": record.calls.numpy(), "ball_out": record.out.numpy(),
+            **{column: getattr(record, name).numpy().astype(float) for column, name in (
+                ("ball_worst_ratio", "worst_ratio"), ("ball_worst_eps", "worst_eps"),
+                ("eps_fail_max", "fail_eps"), ("eps_fail_ratio", "fail_ratio"))}}
 
 
 def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_version: str = "",
@@ -256,7 +298,8 @@ def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_v
         "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
         "refused": 0, "best_dropped": 0, "best_distance": np.inf, "best_l0": np.inf, "best_l1": np.inf, "best_l2": np.inf,
         "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
-        "status": status, "error": error, "wall_s": 0.0,
+        "status": status, "error": error, "wall_s": 0.0, "returned_class": -1, "ball_calls": 0, "ball_out": 0,
+        "ball_worst_ratio": np.nan, "ball_worst_eps": np.nan, "eps_fail_max": np.nan, "eps_fail_ratio": np.nan,
     })[ROW_COLUMNS]
 
 

@@ -19,8 +19,9 @@ A model *source* is one string (``--models`` or ``models = [...]`` in a CONFIG.t
 ``module:path/to/file.py:CALLABLE``         [0, 1] inputs; it is used as it is
 ==========================================  =====================================================
 
-Any source may end in ``~shift`` (the metamorphic log-softmax twin, as in the zoo) or ``~perm``
-(the class-permutation twin; its labels and targets are mapped in ``job.py``). ``NORM`` is
+Any source may end in ``~shift`` (the metamorphic log-softmax twin, as in the zoo), ``~perm``
+(the class-permutation twin; its labels and targets are mapped in ``job.py``), ``~seed`` or
+``~split`` (the model itself: those twins change how ``job.py`` runs the attack). ``NORM`` is
 ``imagenet`` (torchvision's default), ``cifar10``, ``cifar100``, ``none``, or ``M,M,M/S,S,S``;
 timm's default is the architecture's own pretrained mean/std. The number of classes is read from
 the weights.
@@ -54,7 +55,7 @@ from torch import Tensor, nn
 from .architectures import CifarResNet50, DMWideResNet, PreActResNet18, WideResNet
 from .checkpoints import (ModelSourceError, classifier_classes, load_checkpoint, load_weights, one_line,
                           state_dict_of, strip_prefix, torch_load_policy)
-from .zoo import PERM_SUFFIX, SHIFT_SUFFIX, ZOO, LogitPermutation, LogitShift
+from .zoo import PERM_SUFFIX, RUN_TWIN_SUFFIXES, SHIFT_SUFFIX, ZOO, LogitPermutation, LogitShift
 
 KINDS = ("zoo", "robustbench", "torchvision", "timm", "module")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -124,6 +125,10 @@ def parse_model_source(text: str) -> ModelSource:
         raise ModelSourceError("empty model source; use a zoo name, robustbench:ID, torchvision:ARCH:WEIGHTS, "
                                "timm:ARCH:WEIGHTS or module:MOD:CALLABLE")
     full = text.strip()
+    run_twin = next((sfx for sfx in RUN_TWIN_SUFFIXES if full.endswith(sfx)), "")
+    if run_twin:  # the seed and batch-split twins load the model itself
+        import dataclasses
+        return dataclasses.replace(parse_model_source(full.removesuffix(run_twin)), text=full)
     shift = full.endswith(SHIFT_SUFFIX)
     if full.endswith(PERM_SUFFIX):  # a twin of its own kind: same fields, perm set instead
         import dataclasses

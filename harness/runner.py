@@ -18,7 +18,8 @@ from .config import ConfigError, RunConfig
 from .executors import DaskExecutor, Limits, LocalExecutor
 from .job import Job
 from .store import ensure_writable, job_is_complete, read_manifest, write_manifest
-from .zoo import TWIN_SUFFIXES, twin_of
+from .twins import has_job, run_twin_models
+from .zoo import MODEL_TWIN_SUFFIXES, twin_of
 
 
 @dataclass
@@ -71,8 +72,9 @@ def plan(config: RunConfig) -> Plan:
             raise ConfigError(f"unknown library {lib!r}; known: {', '.join(sorted(known_libraries))}")
     subset = load_subset(config.dataset, config.samples, config.seed)
     models = list(config.models)
-    if config.metamorphic:
-        models += [m + s for s in TWIN_SUFFIXES for m in config.models if not twin_of(m) and m + s not in models]
+    if config.metamorphic:  # the model twins on every model, the run twins on the first one
+        model_twins = [m + s for s in MODEL_TWIN_SUFFIXES for m in config.models if not twin_of(m)]
+        models += [m for m in model_twins + run_twin_models(config.models) if m not in models]
     jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
     left_out: dict[tuple[str, str], list[str]] = {}  # (plugin file, why) -> its attacks not run
     for entry in entries:
@@ -104,7 +106,7 @@ def plan(config: RunConfig) -> Plan:
                 continue
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
                                "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
-            for model in models:
+            for model in [m for m in models if has_job(m, spec)]:  # a seed twin: randomised specs only
                 jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
                                 samples=config.samples, seed=config.seed, budget=config.budget,
                                 targeted=config.targeted, device=config.device,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from . import twins
 from .job import Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
 from .store import job_path, logs_dir, write_job
 
@@ -66,12 +67,13 @@ _CLEAN_ENTRIES = 16
 def _clean_logits(job: Job, model: torch.nn.Module, subset) -> torch.Tensor:
     with torch.no_grad():  # a cheap fingerprint of the weights: a file changed between two runs
         weights = tuple(float(p.detach().flatten()[:64].double().sum()) for p in model.parameters())
+    batch_size = twins.batch_size(job.model, job.batch_size)  # the batches the job's attack gets
     key = (job.model, job.model_dir, job.threat_model, job.dataset, job.samples, job.seed, job.device,
-           job.batch_size, weights)
+           batch_size, weights)
     if key not in _CLEAN:
         if len(_CLEAN) >= _CLEAN_ENTRIES:
             _CLEAN.pop(next(iter(_CLEAN)))
-        _CLEAN[key] = clean_logits(model.to(job.device).eval(), subset.inputs.to(job.device), job.batch_size)
+        _CLEAN[key] = clean_logits(model.to(job.device).eval(), subset.inputs.to(job.device), batch_size)
     return _CLEAN[key]
 
 

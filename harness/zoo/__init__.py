@@ -21,8 +21,19 @@ SHIFT_SUFFIX = "~shift"
 #: suffix of a model's class-permutation twin: logits permuted by ``class_permutation``, labels
 #: and targets mapped by it (``permute_classes``); a correct attack gives the same distances
 PERM_SUFFIX = "~perm"
-#: twin suffixes, in the order ``--metamorphic`` adds them
-TWIN_SUFFIXES = (SHIFT_SUFFIX, PERM_SUFFIX)
+#: suffix of the seed twin: the same model and samples, the attack run with another seed (its
+#: global RNG seed and its own ``seed`` parameter, if any); only for randomised attacks
+#: (``attackaudit.twins``). Its spread against the base model is the attack's own noise floor
+SEED_SUFFIX = "~seed"
+#: suffix of the batch-split twin: the same model and samples, the attack called on one sample at
+#: a time; a sound attack's result for a sample does not depend on the rest of the batch
+SPLIT_SUFFIX = "~split"
+#: twins of the model itself, added on every model by ``--metamorphic``
+MODEL_TWIN_SUFFIXES = (SHIFT_SUFFIX, PERM_SUFFIX)
+#: twins of the way the attack is run (same network), added on one model by ``--metamorphic``
+RUN_TWIN_SUFFIXES = (SEED_SUFFIX, SPLIT_SUFFIX)
+#: every twin suffix, in the order ``--metamorphic`` adds them
+TWIN_SUFFIXES = MODEL_TWIN_SUFFIXES + RUN_TWIN_SUFFIXES
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ def twin_of(name: str) -> str:
 
 def model_names(include_twins: bool = False) -> list[str]:
     names = list(ZOO)
-    return names + [n + s for s in TWIN_SUFFIXES for n in names] if include_twins else names
+    return names + [n + s for s in MODEL_TWIN_SUFFIXES for n in names] if include_twins else names
 
 
 @lru_cache(maxsize=1)
@@ -125,7 +136,8 @@ def metadata() -> dict:
 
 def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
     """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin, ``NAME~perm`` its
-    class-permutation twin."""
+    class-permutation twin; ``NAME~seed`` and ``NAME~split`` are the model itself (those twins
+    change how the job runs the attack, not the network)."""
     base = name.removesuffix(twin_of(name))
     if base not in ZOO:
         raise KeyError(f"unknown model {name!r}; the zoo has {', '.join(ZOO)}")

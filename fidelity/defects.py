@@ -1,0 +1,203 @@
+"""Four defect classes that say what is wrong, not merely "weaker than a sibling" (fidelity/README.md, "Defects").
+
+- ``out_of_ball``: a fixed-ε attack returns rows outside the ε-ball it was called with.
+- ``eps_unused``: a fixed-ε attack fails at ε while its returned rows stay far inside the ball,
+  where other implementations found adversarials within that ε, and no larger ε made it succeed.
+- ``batch_dependence``: on the batch-split twin ``M~split`` (one image per call) the results
+  differ from ``M``'s beyond the attack's own noise (the seed twin ``M~seed``; a null rate for a
+  deterministic attack).
+- ``label_bug`` (targets ignored): in a targeted run, the output is misclassified but not as the
+  target on a large share of the images another implementation brought to the target.
+
+The first two read what the minimal-ε search recorded of every call (harness/minimal.py
+``BallRecord``: the ``ball_*`` and ``eps_fail_*`` columns), the last the ``returned_class``
+column; tables without those columns (older runs) are not judged by them. Pure functions over a
+``prepare``d table, each returning findings ``{model, norm, implementation, library_version,
+flag, evidence}``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ._table import IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, long_distances, sample_list, twin_kind
+from .equivalence import benjamini_hochberg
+from .stats import ALPHA
+from .twins import differs
+
+#: out_of_ball: rows (image × call) returned outside the ball, beyond the minimal-ε search's own
+#: tolerance (d > ε·(1 + 1e-3) + 1e-6, harness/minimal.py ``inside_ball``). Sound built-in
+#: attacks returned none (README table); a finding needs at least this many such rows ...
+OUT_OF_BALL_MIN_ROWS = 2
+#: ... making at least this share of the implementation's rows on the model
+OUT_OF_BALL_MIN_SHARE = 0.05
+#: eps_unused: a failed row "leaves the ball unused" when its distance is below this share of ε
+#: (sound built-in attacks' failed rows measured at ≥ 0.62 of ε, README table)
+EPS_UNUSED_RATIO = 0.3
+#: ... on at least this many images ...
+EPS_UNUSED_MIN_IMAGES = 2
+#: ... and this share of the images it failed on where an adversarial existed within the ε tried
+EPS_UNUSED_MIN_FRACTION = 0.5
+#: batch_dependence: an image differs between M and M~split when success differs or the best
+#: distances differ by more than this (relative; the seed twin's tolerance of twins.py)
+SPLIT_RTOL = 0.01
+#: ... and, for a deterministic attack (no seed twin), the binomial null rate of differing images:
+#: above the measured batch-size float noise of sound deterministic attacks (README table)
+SPLIT_NULL_RATE = 0.1
+#: ... and a finding needs at least this many differing images
+SPLIT_MIN_IMAGES = 2
+#: targets ignored: at least this many images misclassified as a third class ...
+TARGET_MIN_IMAGES = 3
+#: ... making at least this share of the images another implementation brought to the target
+TARGET_MIN_FRACTION = 0.5
+
+_SPLIT, _SEED = "split", "seed"
+
+
+def _finding(key: tuple, flag: str, evidence: str) -> dict:
+    return dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence}
+
+
+def _has(t: pd.DataFrame, *columns: str) -> bool:
+    return all(c in t.columns for c in columns) and bool(t[list(columns)].notna().any().all())
+
+
+def out_of_ball(t: pd.DataFrame) -> list[dict]:
+    """Per job of a fixed-ε attack: rows returned outside the ε-ball it was called with on at least
+    ``OUT_OF_BALL_MIN_ROWS`` rows and ``OUT_OF_BALL_MIN_SHARE`` of its rows (image × call)."""
+    if not _has(t, "ball_calls", "ball_out", "ball_worst_ratio"):
+        return []
+    fixed = t[(t["kind"] == "fixed") & (pd.to_numeric(t["ball_calls"], errors="coerce").fillna(0) > 0)]
+    out = []
+    for key, g in fixed.groupby(JOB_KEY, sort=True):
+        calls, bad = int(g["ball_calls"].sum()), int(g["ball_out"].fillna(0).sum())
+        if bad < max(OUT_OF_BALL_MIN_ROWS, math.ceil(OUT_OF_BALL_MIN_SHARE * calls)):
+            continue
+        worst = g.loc[g["ball_worst_ratio"].astype(float).idxmax()]
+        ratio, eps = float(worst["ball_worst_ratio"]), float(worst["ball_worst_eps"])
+        out.append(_finding(key, "out_of_ball", (
+            f"returned rows outside the ε-ball it was called with on {bad} of {calls} calls (image × ε) on "
+            f"{int((g['ball_out'] > 0).sum())} of {len(g)} images; worst distance/ε = {ratio:.3g}: image "
+            f"{sample_list([worst['sample']])} called at ε = {eps:.4g} got a row at distance {ratio * eps:.4g}")))
+    return out
+
+
+def eps_unused(t: pd.DataFrame) -> list[dict]:
+    """Per job of a fixed-ε attack: images it never broke at any ε although, at the largest ε it
+    failed at, another implementation found an adversarial within that ε (d* ≤ ε), while its
+    returned row there moved less than ``EPS_UNUSED_RATIO`` of ε; on at least
+    ``EPS_UNUSED_MIN_IMAGES`` images and ``EPS_UNUSED_MIN_FRACTION`` of those failures."""
+    if not _has(t, "eps_fail_max", "eps_fail_ratio"):
+        return []
+    fixed = t[(t["kind"] == "fixed") & t["eps_fail_max"].notna()]
+    if fixed.empty:
+        return []
+    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
+    fixed = fixed.merge(d_star, on=SAMPLE_KEY, how="left")
+    out = []
+    for key, g in fixed.groupby(JOB_KEY, sort=True):
+        eps, ratio = g["eps_fail_max"].astype(float), g["eps_fail_ratio"].astype(float)
+        failed = ((g["status"] == "ok") & (g["d_star"] > 0) & (g["d_star"] <= eps)
+                  & ~g["returned_adversarial"].astype(bool))
+        unused = failed & (ratio < EPS_UNUSED_RATIO)
+        k, m = int(unused.sum()), int(failed.sum())
+        if k < EPS_UNUSED_MIN_IMAGES or k < EPS_UNUSED_MIN_FRACTION * m:
+            continue
+        u = g[unused]
+        reached = (u["eps_fail_max"] * u["eps_fail_ratio"]).astype(float)
+        out.append(_finding(key, "eps_unused", (
+            f"on {k} of the {m} images it failed on at an ε within which another implementation found an "
+            f"adversarial, its returned row moved at most {float(u['eps_fail_ratio'].max()):.2g} of ε (ε tried up "
+            f"to {float(u['eps_fail_max'].max()):.4g}, largest distance reached {float(reached.max()):.4g}) "
+            f"and no larger ε made it succeed: images {sample_list(u['sample'])}")))
+    return out
+
+
+def _twin_pairs(t: pd.DataFrame, kind: str) -> dict[tuple, pd.DataFrame]:
+    """Per (base model, norm, implementation key): its rows on ``M~<kind>`` joined to ``M``'s by
+    image (columns sample, best_distance, best_distance_twin), sorted by image."""
+    twin = t[t["model"].map(twin_kind) == kind]
+    if twin.empty:
+        return {}
+    cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
+    twin = twin[["model", *cols]].assign(model=twin["model"].map(base_of))
+    pairs = twin.merge(t[["model", *cols]], on=["model", *cols[:-1]], suffixes=("_twin", ""))
+    return {key: g.sort_values("sample") for key, g in pairs.groupby(["model", "norm", *IMPL_KEY], sort=True)}
+
+
+def batch_dependence(t: pd.DataFrame) -> list[dict]:
+    """``M~split`` against ``M`` per implementation, beyond its own noise: with a seed twin, the
+    images that differ on the split twin but not between the seeds against the reverse (exact
+    one-sided McNemar); without one (a deterministic attack: ``--metamorphic`` gives every
+    randomised attack a seed twin), the count of differing images against a binomial with
+    ``SPLIT_NULL_RATE``. Benjamini–Hochberg over every implementation judged in the report;
+    a finding needs q < ``ALPHA`` and at least ``SPLIT_MIN_IMAGES`` differing images."""
+    split, seed = _twin_pairs(t, _SPLIT), _twin_pairs(t, _SEED)
+    judged = []
+    for key, g in split.items():
+        d = differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), SPLIT_RTOL)
+        floor = seed.get(key)
+        if floor is not None:
+            noise = pd.Series(differs(floor["best_distance"].to_numpy(), floor["best_distance_twin"].to_numpy(),
+                                      SPLIT_RTOL), index=floor["sample"].to_numpy())
+            s = noise.reindex(g["sample"].to_numpy()).fillna(False).to_numpy(bool)
+            only_split, only_seed = int((d & ~s).sum()), int((s & ~d).sum())
+            p = float(sps.binom.sf(only_split - 1, only_split + only_seed, 0.5)) if only_split else 1.0
+            why = f"a second seed differs on {int(s.sum())}"
+        else:
+            p = float(sps.binom.sf(int(d.sum()) - 1, d.size, SPLIT_NULL_RATE)) if d.any() else 1.0
+            why = f"null rate {SPLIT_NULL_RATE:.0%} for a deterministic attack"
+        judged.append((key, g[d], int(d.size), why, p))
+    q = benjamini_hochberg([p for *_, p in judged]) if judged else []
+    out = []
+    for (key, bad, n, why, p), qv in zip(judged, q):
+        if not (qv < ALPHA and len(bad) >= SPLIT_MIN_IMAGES):
+            continue
+        model, norm, impl, version = key
+        examples = "; ".join(f"image {sample_list([r.sample])}: {r.best_distance:.4g} in the batch vs "
+                             f"{r.best_distance_twin:.4g} alone" for r in bad.head(3).itertuples(index=False))
+        out.append({"model": model, "norm": norm, "implementation": impl, "library_version": version,
+                    "flag": "batch_dependence", "evidence": (
+                        f"best distances differ beyond {SPLIT_RTOL:.0%} on {len(bad)} of {n} images between {model} "
+                        f"and its batch-split twin {model}~{_SPLIT} (the same attack called on one image at a "
+                        f"time): the result depends on the rest of the batch; {why}; p = {p:.2g}, BH q = {qv:.2g} "
+                        f"over the report: {examples}")})
+    return out
+
+
+def targets_ignored(t: pd.DataFrame) -> list[dict]:
+    """Targeted runs: per job, the images another implementation brought to the target on which
+    this one did not reach it and its output (``returned_class``) is misclassified as a third
+    class; a ``label_bug`` on at least ``TARGET_MIN_IMAGES`` images and ``TARGET_MIN_FRACTION``
+    of those images."""
+    if not (len(t) and t["targeted"].any() and _has(t, "returned_class", "label")):
+        return []
+    reached = np.isfinite(t["best_distance"].to_numpy())
+    per_image = pd.Series(reached, index=t.index).groupby([t[c] for c in SAMPLE_KEY]).transform("sum")
+    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
+    rows = t.assign(others=per_image.to_numpy() - reached, reached=reached).merge(d_star, on=SAMPLE_KEY, how="left")
+    cls = pd.to_numeric(rows["returned_class"], errors="coerce").fillna(-1).astype(int)
+    rows["third"] = (~rows["reached"] & (cls >= 0) & (cls != rows["label"].astype(int))
+                     & (cls != rows["target"].astype(int)))
+    rows["cls"] = cls
+    judged = rows[(rows["status"] == "ok") & (rows["d_star"] > 0) & (rows["others"] > 0)]
+    out = []
+    for key, g in judged.groupby(JOB_KEY, sort=True):
+        bad = g[g["third"]]
+        if len(bad) < max(TARGET_MIN_IMAGES, math.ceil(TARGET_MIN_FRACTION * len(g))):
+            continue
+        examples = "; ".join(f"image {sample_list([r.sample])}: class {r.cls}, target {int(r.target)}"
+                             for r in bad.head(3).itertuples(index=False))
+        out.append(_finding(key, "label_bug", (
+            f"targets ignored: misclassified as another class, not the target, on {len(bad)} of {len(g)} images "
+            f"that another implementation brought to the target ({int(g['reached'].sum())} reached it here): "
+            f"{examples}")))
+    return out
+
+
+def defect_findings(t: pd.DataFrame) -> list[dict]:
+    """All four rules on a ``prepare``d table."""
+    return out_of_ball(t) + eps_unused(t) + batch_dependence(t) + targets_ignored(t)
