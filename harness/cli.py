@@ -119,7 +119,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 # -- run -----------------------------------------------------------------------------------
 def _run_flags(args: argparse.Namespace) -> dict:
     flags = grid_flags(args, GRID_VALUES + ["out", "preset", "libraries", "executor", "scheduler", "batch_size",
-                                            "memory_limit_mb", "dataset", "model_dir", "threat_model"],
+                                            "memory_limit_mb", "dataset", "model_dir", "threat_model", "repeat"],
                        GRID_SWITCHES + ["metamorphic", "force", "strict", "allow_download", "trust_checkpoint"])
     flags["plugins"] = args.plugin
     return flags
@@ -168,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_grid_arguments(p)
     p.add_argument("--libraries", nargs="+")
     p.add_argument("--metamorphic", action="store_true", help="also run every model's metamorphic twins (logits shifted; classes permuted)")
+    p.add_argument("--repeat", type=int, help="2: run every job on the first model a second time with the same "
+                                              "seed (in OUT/repeat); reports flag results that differ (nondeterminism)")
     p.add_argument("--executor", choices=["local", "dask"])
     p.add_argument("--scheduler", help="address of an existing Dask scheduler")
     p.add_argument("--batch-size", dest="batch_size", type=int, help="samples per attack call (0: all at once)")

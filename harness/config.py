@@ -22,7 +22,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 #: fields that do not change results: they may differ between a run and its resumption
 NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
-                     "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint"}
+                     "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
+                     "repeat"}  # the repeat is a second run beside the first: adding it resumes the first
 
 
 class ConfigError(ValueError):
@@ -44,6 +45,7 @@ class RunConfig:
     seed: int = 0
     targeted: bool = False
     metamorphic: bool = False
+    repeat: int = 1  # 2: every job on the first model runs twice with the same seed (nondeterminism)
     steps_scale: float = 1.0
     device: str = "cpu"  # cpu | cuda | cuda:N | auto (cuda when available)
     batch_size: int = 0
@@ -153,6 +155,8 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"--executor {config.executor!r} is not one of local, dask")
     if config.workers <= 0:
         raise ConfigError(f"--workers must be positive, got {config.workers}")
+    if config.repeat not in (1, 2):
+        raise ConfigError(f"--repeat must be 1 or 2 (a second seeded run to compare with), got {config.repeat}")
     if config.steps_scale <= 0:
         raise ConfigError(f"steps_scale must be positive, got {config.steps_scale}")
     for plugin in config.plugins:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from .config import ConfigError, RunConfig
 from .executors import DaskExecutor, Limits, LocalExecutor
 from .job import Job
-from .store import ensure_writable, job_is_complete, read_manifest, write_manifest
+from .store import ensure_writable, job_is_complete, read_manifest, repeat_dir, write_manifest
 from .twins import has_job, run_twin_models
 from .zoo import MODEL_TWIN_SUFFIXES, twin_of
 
@@ -161,6 +161,14 @@ def check_resumable(run_dir: Path, config: RunConfig, current: dict | None = Non
                           "use another --out, or --force to run this config there")
 
 
+def repeat_jobs(config: RunConfig, jobs: list[Job]) -> list[Job]:
+    """The jobs ``--repeat 2`` runs a second time, into ``store.repeat_dir``: every job on the
+    first model, unchanged (same seed, same job id), so that two seeded runs can be compared."""
+    if config.repeat < 2:
+        return []
+    return [j for j in jobs if j.model == config.models[0]]
+
+
 def supersede(run_dir: Path, current: set[str]) -> None:
     """Move the previous manifest's job files that ``current`` lacks to ``superseded/`` (--force):
     ``load_run`` and reports read ``jobs/``, where they would mix two configs' results (an
@@ -201,14 +209,17 @@ def run(config: RunConfig, executor=None) -> RunSummary:
         "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
         "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
-        "specs": p.specs, "model_checks": model_checks,
+        "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat,
     })
     pending = [j for j in p.jobs if not job_is_complete(run_dir, j.job_id)]
+    again = repeat_jobs(config, p.jobs)
+    again_pending = [j for j in again if not job_is_complete(repeat_dir(run_dir), j.job_id)]
     limits = Limits(config.timeout_s, config.memory_limit_mb)
     if executor is None:
         executor = (DaskExecutor(config.scheduler, config.workers, limits) if config.executor == "dask"
                     else LocalExecutor(config.workers, limits))
-    bar = tqdm(total=len(p.jobs), initial=len(p.jobs) - len(pending), disable=config.quiet,
+    bar = tqdm(total=len(p.jobs) + len(again), initial=len(p.jobs) + len(again) - len(pending) - len(again_pending),
+               disable=config.quiet,
                desc="jobs", unit="job", dynamic_ncols=True)
 
     def on_done(job: Job, result: dict) -> None:
@@ -218,6 +229,8 @@ def run(config: RunConfig, executor=None) -> RunSummary:
     sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty())
     try:
         executor.run(pending, run_dir, on_done, sample_bars.update)
+        if again_pending:
+            executor.run(again_pending, repeat_dir(run_dir), on_done, sample_bars.update)
     finally:
         sample_bars.close()
         bar.close()

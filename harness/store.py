@@ -27,6 +27,12 @@ def logs_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "logs"
 
 
+def repeat_dir(run_dir: Path) -> Path:
+    """Where ``run --repeat 2`` keeps its second run of the first model's jobs (a run directory of
+    its own: ``jobs/``, ``logs/``), which reports compare with the first (``nondeterminism``)."""
+    return Path(run_dir) / "repeat"
+
+
 def job_path(run_dir: Path, job_id: str) -> Path:
     return jobs_dir(run_dir) / f"{job_id}.parquet"
 
