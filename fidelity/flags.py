@@ -184,8 +184,13 @@ def _examples(part: pd.DataFrame, a: str, b: str, limit: int = 3) -> str:
 
 
 def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
-    o = prepare(other)[JOB_KEY + ["sample", "best_distance", "status"]]
-    both = t[JOB_KEY + ["sample", "best_distance", "status"]].merge(o, on=JOB_KEY + ["sample"], suffixes=("", "_other"))
+    """``other``: a second seeded run of some of ``t``'s jobs (``run --repeat 2``). Rows pair up by
+    job and sample; with ``job_id`` in both, only the same job's (a stale repeat of an older
+    config, e.g. an edited plugin of the same version, is not this job)."""
+    o = prepare(other)
+    key = JOB_KEY + ["sample"] + (["job_id"] if "job_id" in t.columns and "job_id" in o.columns else [])
+    both = t[key + ["best_distance", "status"]].merge(o[key + ["best_distance", "status"]], on=key,
+                                                       suffixes=("", "_other"))
     both["differs"] = _disagree(both["best_distance"], both["best_distance_other"], NONDETERMINISM_RTOL) \
         | (both["status"] != both["status_other"])
     out = []

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..fidelity.recommend import expectation_source
-from .run_files import dump_json, load_runs, records, write_tables
+from .run_files import dump_json, load_repeats, load_runs, records, write_tables
 from .tables import ReportData, build
 
 FORMATS = ("md", "html", "json")
@@ -81,5 +81,5 @@ def write_report(run_dirs: Iterable[Path | str] | Path | str, out: Path | str | 
                              if dirs else "no run directory given")
         out = dirs[0]
     table, manifests, exact = load_runs(dirs)
-    data = build(table, manifests, dirs, exact)
+    data = build(table, manifests, dirs, exact, repeats=load_repeats(dirs))
     return write_report_data(data, Path(out), formats)

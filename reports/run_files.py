@@ -31,6 +31,16 @@ def load_exact(run_dir: Path) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def load_repeats(run_dirs: Iterable[Path | str]) -> pd.DataFrame | None:
+    """The second seeded runs that ``run --repeat 2`` stored beside the first (``store.repeat_dir``),
+    merged; None when no directory has one."""
+    from ..store import repeat_dir
+
+    frames = [load_run(repeat_dir(d)) for d in run_dirs if repeat_dir(d).is_dir()]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
     """Runs merge into one envelope only on the same samples, budget and attack mode."""
     for column, what in (("subset_hash", "subset"), ("budget", "query budget"), ("targeted", "attack mode")):

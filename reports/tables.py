@@ -318,8 +318,9 @@ def measurement_notes(table: pd.DataFrame, local: pd.DataFrame) -> list[str]:
 
 # ------------------------------------------------------------------------------------ build
 def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
-          exact: pd.DataFrame | None = None) -> ReportData:
-    """All report content for a result table (``harness/job.py`` ``ROW_COLUMNS``)."""
+          exact: pd.DataFrame | None = None, repeats: pd.DataFrame | None = None) -> ReportData:
+    """All report content for a result table (``harness/job.py`` ``ROW_COLUMNS``); ``repeats``: a
+    second seeded run of some of its jobs (``run --repeat 2``), for the ``nondeterminism`` flag."""
     manifests = manifests or []
     runs = [Path(r) for r in (runs or [])]
     if table.empty:
@@ -334,7 +335,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
         exact = None
     try:
-        flags_df = fidelity.flags(table, exact=exact)
+        flags_df = fidelity.flags(table, repeats, exact=exact)
     except ValueError:
         raise
     except Exception as exc:  # exact distances that do not match the rows must not lose the report
@@ -342,7 +343,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
             raise
         notes.append(f"Exact distances could not be used ({_one_line(exc, 160)}).")
         exact = None
-        flags_df = fidelity.flags(table)
+        flags_df = fidelity.flags(table, repeats)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
     rec = fidelity.recommend(table, flags_df, board=board)
