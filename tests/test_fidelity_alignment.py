@@ -16,7 +16,8 @@ def test_failure_where_other_succeeded_is_a_loss_and_double_failure_a_tie():
     # inf -> 1.6 (> every finite distance); |differences| .1 (a), 1.4 (a), 1.3 (b) -> ranks 1, 3, 2
     assert r["effect_size"] == pytest.approx((1 + 3 - 2) / 6)
     assert r["median_difference"] == pytest.approx(-0.1)  # over samples both broke
-    assert 0.0 <= r["p_value"] <= 1.0
+    # two wins against one on three samples: the exact two-sided signed-rank p over 2³ sign flips
+    assert r["p_value"] == pytest.approx(0.75)
 
 
 def test_all_ties_and_empty_give_p_one_without_nan():
@@ -97,11 +98,17 @@ def test_pairs_per_model_and_pooled():
     assert len(apgd) == 3 * 3  # 3 pairs × (2 models + pooled)
     row = apgd[(apgd.model == POOLED) & (apgd.implementation_a == "adv_lib/apgd")
                & (apgd.implementation_b == "torchattacks/APGD")].iloc[0]
-    assert row.n_samples == 54  # 27 live samples per model
-    assert row.wins_a == 54 and row.p_value < 1e-6 and row.better == "adv_lib/apgd"
+    assert row.n_samples == 27  # 27 live images, each one block over the two models
+    assert row.wins_a == 27 and row.p_value < 1e-6 and row.better == "adv_lib/apgd"
+    assert row.answer == "different" and row.estimate == pytest.approx(-np.log(1.3))
     assert row.effect_size == 1.0 and row.median_difference < 0
+    # a copy and its copy 1% off are equivalent within the 5% margin, not "no difference found"
+    d = np.linspace(0.1, 1, 20)
+    t = table(job_rows("m", "a/x", "l2", d, family="f"), job_rows("m", "b/y", "l2", d * 1.01, family="f"))
+    pair = align(t)[1].iloc[0]
+    assert pair.answer == "equivalent" and pair.better == "" and pair.p_equivalent < 1e-4
     assert pairs[pairs.family == "fmn"].empty  # one implementation, nothing to pair
-    assert not pairs[["p_value", "effect_size", "statistic"]].isna().any().any()
+    assert not pairs[["p_value", "effect_size", "p_different", "p_equivalent"]].isna().any().any()
 
 
 def test_no_pooled_rows_when_disabled():

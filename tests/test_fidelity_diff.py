@@ -37,7 +37,8 @@ def test_regression_and_improvement_are_mirror_images():
     row = d.loc["art/APGD"]
     assert row.verdict == "regressed"
     assert (row.version_a, row.version_b) == ("1.17", "1.18")
-    assert row.n_worse == 72 and row.n_better == 0 and row.n_samples == 72  # 36 live samples × 2 models
+    # 40 images, one block each over the two models; the 4 misclassified clean tie at 0
+    assert row.n_worse == 36 and row.n_better == 0 and row.n_samples == 40 and row.ties == 4
     assert row.delta_optimality < -0.02 and row.p_value < 0.01 and row.effect_size == -1.0
     assert d.loc["adv_lib/apgd", "verdict"] == "unchanged"
     back = diff(after, before).set_index("implementation")
@@ -90,12 +91,13 @@ def _flags(impl_flags: dict[str, list[str]]) -> pd.DataFrame:
 
 
 def test_verdict_weighs_flags_by_severity_and_shows_every_part():
-    same = run("1.17")
+    same = run("1.17", status=["ok"] * 39 + ["timeout"])
     # a crash that disappears outweighs a new last_not_best
     d = diff(same, run("1.18"), flags_a=_flags({"art/APGD": ["crash"]}),
              flags_b=_flags({"art/APGD": ["last_not_best"]})).set_index("implementation").loc["art/APGD"]
     assert d.verdict == "improved" and d.score == 2
-    assert d.reason == "ξ 1.00 → 1.00, 0 better / 0 worse (p = 1, not significant), crash gone; new: last_not_best"
+    assert d.reason == ("crash gone, ξ 1.00 → 1.00 on the 78 of 80 (model, image) rows that ran in both, 0 better / "
+                        "0 worse images (equivalent within ±5%, p = 1); new: last_not_best")
     # and the other way round it is a regression
     d = diff(same, run("1.18"), flags_a=_flags({"art/APGD": ["last_not_best"]}),
              flags_b=_flags({"art/APGD": ["crash"]})).set_index("implementation").loc["art/APGD"]
@@ -111,12 +113,42 @@ def test_a_large_significant_improvement_outweighs_a_new_inefficiency():
              flags_b=_flags({"art/APGD": ["last_not_best"]}))
     row = d.set_index("implementation").loc["art/APGD"]
     assert row.verdict == "improved" and row.score == 3 - 1
-    assert "72 better / 0 worse" in row.reason and "significant" in row.reason and "new: last_not_best" in row.reason
+    assert "36 better / 0 worse images (different beyond ±5%" in row.reason and "new: last_not_best" in row.reason
 
 
 def test_a_finding_about_all_models_counts_on_each_model():
-    every = _flags({"art/APGD": ["below_expected_strength"]}).assign(model="*")
-    d = diff(run("1.17"), run("1.18"), flags_a=every, flags_b=_flags({}), by_model=True)
+    every = _flags({"art/APGD": ["silent_failure"]}).assign(model="*")
+    d = diff(run("1.17", status=["ok"] * 39 + ["crash"]), run("1.18"), flags_a=every, flags_b=_flags({}), by_model=True)
     d = d[d.implementation == "art/APGD"].set_index("model")
     assert (d.verdict == "improved").all() and set(d.index) == {"m1", "m2"}
-    assert all("below_expected_strength gone" in r for r in d.reason)
+    assert all("silent_failure gone" in r for r in d.reason)
+
+
+def test_identical_rows_keep_their_verdict_whatever_the_siblings_and_the_audit_size_do():
+    """A sibling's change (and the flags it moves) never changes the verdict of identical rows;
+    the verdict of a changed implementation does not depend on how many unchanged ones there are."""
+    flags_moved = diff(run("1.17"), run("1.17"), flags_a=_flags({"art/APGD": ["optimality_gap", "crash"]}),
+                       flags_b=_flags({})).set_index("implementation").loc["art/APGD"]
+    assert flags_moved.verdict == "unchanged" and "identical results" in flags_moved.reason
+    small = run("1.18", scale_apgd=1.08)
+    base = diff(run("1.17"), small).set_index("implementation").loc["art/APGD"]
+    extra = [job_rows(m, f"lib{i}/same", "linf", D * 1.5, family="apgd") for m in ("m1", "m2") for i in range(8)]
+    many = diff(run("1.17", extra=extra), run("1.18", scale_apgd=1.08, extra=extra)).set_index("implementation")
+    assert many.loc["art/APGD", "verdict"] == base.verdict == "regressed"
+    assert many.loc["art/APGD", "p_adjusted"] == pytest.approx(base.p_adjusted)
+    assert (many.drop(index=["art/APGD"]).verdict == "unchanged").all()
+
+
+def test_a_crash_fix_that_worsens_the_rest_says_both():
+    crashed = run("1.17", status=["crash"] * 10 + ["ok"] * 30, error="boom")
+    crashed.loc[(crashed.implementation == "art/APGD") & (crashed["sample"] < 10), "best_distance"] = INF
+    fixed = run("1.18", scale_apgd=1.3)
+    row = diff(crashed, fixed).set_index("implementation").loc["art/APGD"]
+    assert row.verdict == "mixed" and row.reason.startswith("mixed: crash gone, ξ 1.00 → ")
+    assert "rows that ran in both" in row.reason and "worse images (different" in row.reason
+
+
+def test_unsupported_rows_are_absent_and_could_not_run():
+    unsupported = run("1.18", status="unsupported", error="this release takes no eps tensor")
+    row = diff(run("1.17"), unsupported).set_index("implementation").loc["art/APGD"]
+    assert row.verdict == "could not run" and "crash" not in row.flags_appeared

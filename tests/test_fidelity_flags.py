@@ -216,15 +216,14 @@ def test_optimality_gap_needs_significance_and_size():
     got, f = found(t)
     assert got == {("b/far", "optimality_gap")}
     ev = f.evidence.iloc[0]
-    assert "adv_lib/fmn" in ev and "p = " in ev and "Holm" in ev
-    # significant (all 22 worse) but only 0.5% worse: not a gap worth a flag
+    assert "adv_lib/fmn" in ev and "60% farther" in ev and "BH q" in ev
+    # all 22 worse but only 0.5% worse: inside the margin δ, not a gap
     got, _ = found(table(healthy(), healthy(impl="b/close", scale=1.005)))
     assert got == set()
     # different families are not siblings
     got, _ = found(table(healthy(family="f"), healthy(impl="b/far", scale=1.6, family="g")))
     assert got == set()
-    # the one significance rule (Holm-adjusted p < 0.05): 5 samples, all worse, give exact p = 0.0625,
-    # 6 give 0.031
+    # the difference test beyond δ: 5 images, all worse, give exact p = 0.0625, 6 give 0.031
     few = table(job_rows("m", "a/x", "l2", D[2:7], family="f"), job_rows("m", "b/y", "l2", D[2:7] * 2, family="f"))
     assert flags(few).empty
     six = table(job_rows("m", "a/x", "l2", D[2:8], family="f"), job_rows("m", "b/y", "l2", D[2:8] * 2, family="f"))

@@ -42,8 +42,9 @@ def test_recommend_prefers_unflagged_then_cheaper():
     row = rec.loc[("apgd", "l2")]
     assert row.implementation == "adv_lib/apgd" and row.trusted and row.runner_up == "foolbox/APGD"
     assert row.queries == 400 and row.candidates == 3
-    # art/APGD is 1.5× as far on every sample: flagged optimality_gap
-    assert row.flagged == 1 and "art/APGD (optimality_gap)" in row.note
+    # art/APGD is 1.5× as far on every image: optimality_gap, a weakness (tested out of the set, not flagged out)
+    assert row.flagged == 0 and [m["implementation"] for m in row.trust_set] == ["adv_lib/apgd", "foolbox/APGD"]
+    assert any(w.startswith("art/APGD: different from and worse") for w in row.weak)
 
 
 def test_recommend_skips_flagged_best():

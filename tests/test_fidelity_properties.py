@@ -61,7 +61,21 @@ def test_random_tables_flags_leaderboard_and_diff(seed):
     f = flags(t)
     assert not f.evidence.isna().any() and (f.evidence.str.len() > 0).all()
     d = diff(t, t, flags_a=f, flags_b=f)
-    assert set(d.verdict) <= {"unchanged"}
+    # a table against itself: every implementation present, identical, unchanged
+    keys = t.drop_duplicates(["norm", "implementation"])
+    assert len(d) == len(keys[~keys.model.str.contains("~")].drop_duplicates(["norm", "implementation"])) > 0
+    assert (d.verdict == "unchanged").all() and (d.answer == "identical").all() and d.identical.all()
+    # one changed sample makes a changed implementation, never "identical"
+    t2 = t.copy()
+    i = t2.index[~t2.model.str.contains("~") & np.isfinite(t2.best_distance) & (t2.best_distance > 0)][0]
+    t2.loc[i, "best_distance"] *= 3
+    d2 = diff(t, t2, flags_a=f, flags_b=f).set_index(["norm", "implementation"])
+    assert not d2.loc[(t2.loc[i, "norm"], t2.loc[i, "implementation"]), "identical"]
+
+
+def test_empty_diff_is_empty_not_unchanged():
+    from attackaudit.fidelity.synthetic import job_rows as rows
+    assert diff(table(rows("m~shift", "a/x", "l2", [0.1])), table(rows("m~shift", "a/x", "l2", [0.1]))).empty
 
 
 @pytest.mark.parametrize("seed", range(100))
