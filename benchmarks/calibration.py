@@ -4,6 +4,9 @@ defects of known size, at 16, 64 and 256 images on 1 and 3 models (fidelity/READ
 
     .venv/bin/python benchmarks/calibration.py [--reps R] [--images 16 64 256] [--models 1 3] [RUN_DIR]
 
+The default (20 repetitions per cell) takes a few minutes; the table in fidelity/README.md used
+``--reps 100`` (34 min on the shared 2-core machine).
+
 Per-image distances are synthesised (``fidelity.synthetic``: one difficulty per image shared by
 every model, per-model scale, 10% clean errors), or, with RUN_DIR, resampled from a real run: the
 envelope of each real model's images is the truth and images are drawn with replacement (every
@@ -168,7 +171,7 @@ def as_table(res: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", nargs="?", help="a finished run to resample real per-image tables from")
-    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--images", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--models", type=int, nargs="+", default=[1, 3])
     args = ap.parse_args(argv)
