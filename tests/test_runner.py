@@ -8,19 +8,25 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 import attackaudit
+from attackaudit.adapters import load_library
 from attackaudit.cli import main as cli_main
+from attackaudit.data import load_subset
+from attackaudit.job import attack_with_tracker, seed_everything
+from attackaudit.zoo import load_model
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "misbehaving.py")
+PROBE = str(Path(__file__).parent / "plugins" / "probe.py")
 SMALL = ["--models", "digits-cnn", "--libraries", "adv_lib", "--attacks", "adv_lib/ddn", "adv_lib/fmn",
          "--norms", "l2", "--samples", "4", "--steps-scale", "0.1", "--quiet"]
 
 
-def cli(*args, timeout=600):
+def cli(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "attackaudit", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def comparable(df: pd.DataFrame) -> pd.DataFrame:
@@ -34,9 +40,17 @@ def test_run_writes_per_sample_rows_and_resumes(tmp_path, capsys):
     assert str(out) in res.stdout
     df = attackaudit.load_run(out)
     assert len(df) == 2 * 4 and set(df["status"]) == {"ok"}
-    assert (df["forwards"] + df["backwards"] <= df["budget"]).all()
-    assert (df["forwards"] > 0).all() and (df["backwards"] > 0).all()
-    assert df["subset_hash"].nunique() == 1
+    sub = load_subset("digits", 4, 0)
+    assert (df["subset_hash"] == sub.hash).all()
+    # each row holds its own sample's numbers: the same seeded attack run here, through a tracker
+    model = load_model("digits-cnn")
+    for spec in (s for s in load_library("adv_lib").specs if s.key in ("adv_lib/ddn/l2", "adv_lib/fmn/l2")):
+        seed_everything(0)
+        tracker, _, error = attack_with_tracker(spec.scaled(0.1), model, sub.inputs, sub.labels, budget=2000)
+        rows = df[df["attack"] == spec.name].set_index("sample").loc[sub.indices.tolist()]
+        assert error == "" and rows["forwards"].tolist() == tracker.forwards.tolist(), spec.key
+        assert rows["backwards"].tolist() == tracker.backwards.tolist(), spec.key
+        assert rows["best_distance"].tolist() == pytest.approx(tracker.best_distance.tolist(), rel=1e-6), spec.key
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["library_versions"]["adv_lib"] == "0.2.8"
     assert manifest["subset_hash"] == df["subset_hash"].iloc[0]
@@ -99,25 +113,67 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
     assert len(lines) == 1 and culprit in lines[0], res.stderr
 
 
-def test_sigkill_at_any_moment_then_rerun_completes_without_duplicates(tmp_path):
+def _wait_for_marker(probe: Path, proc: subprocess.Popen, exclude: str = "") -> Path:
+    """The marker a probe gate writes once its job is running (and waiting), other than ``exclude``'s."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = [m for m in probe.glob("*.running") if not m.name.startswith(exclude or "\0")]
+        if found:
+            return found[0]
+        assert proc.poll() is None, "the run ended before its job started"
+        time.sleep(0.1)
+    raise AssertionError("no job started")
+
+
+def _dies(pid: int, within_s: float = 30.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_kills_while_a_job_runs_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL lands while a job runs (its attack is held inside the worker): first while the first
+    job runs, then, after letting that one finish, while the second runs. Nothing of a killed job is
+    kept, a finished one is, and the rerun's rows equal those of a run never interrupted."""
+    args = ["run", "--models", "digits-cnn", "--plugin", PROBE, "--attacks", "probe/gate_a", "probe/gate_b",
+            "--samples", "4", "--quiet"]
     ref = tmp_path / "ref"
-    args = ["run", "--models", "digits-cnn", "--libraries", "adv_lib", "--attacks", "adv_lib/ddn",
-            "adv_lib/fmn", "adv_lib/df", "--norms", "l2", "--samples", "4", "--steps-scale", "0.1", "--quiet"]
     assert cli(*args, "--out", str(ref)).returncode == 0
     expected = comparable(attackaudit.load_run(ref))
-    out = tmp_path / "killed"
-    for delay in (0.5, 4.0, 7.0):
-        proc = subprocess.Popen([sys.executable, "-m", "attackaudit", *args, "--out", str(out)],
+    assert len(expected) == 8
+    probe, out = tmp_path / "probe", tmp_path / "killed"
+    probe.mkdir()
+    env = {**os.environ, "ATTACKAUDIT_PROBE": str(probe)}
+    for gate in ("gate_a", "gate_b"):
+        (probe / f"hold-{gate}").touch()
+    finished: list[str] = []
+    for round_ in range(2):
+        proc = subprocess.Popen([sys.executable, "-m", "attackaudit", *args, "--out", str(out)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(delay)
+        marker = _wait_for_marker(probe, proc, exclude=finished[0] if finished else "")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        df = attackaudit.load_run(out) if out.exists() else pd.DataFrame()
-        assert not df.duplicated(["job_id", "sample"]).any()
-    assert cli(*args, "--out", str(out)).returncode == 0
-    got = comparable(attackaudit.load_run(out))
+        gate, worker = marker.name.split(".")[0], int(marker.read_text().split()[0])
+        assert _dies(worker), f"round {round_}: the worker running {gate} survived the kill"
+        rows = attackaudit.load_run(out) if list((out / "jobs").glob("*.parquet")) else pd.DataFrame(
+            columns=["attack", "job_id", "sample"])
+        assert sorted(set(rows["attack"])) == finished, (round_, gate)  # the killed job left nothing
+        assert not rows.duplicated(["job_id", "sample"]).any()
+        for m in probe.glob("*.running"):
+            m.unlink()
+        finished.append(gate)
+        (probe / f"hold-{gate}").unlink()  # the next round lets this one finish
+    res = cli(*args, "--out", str(out), env=env)
+    assert res.returncode == 0, res.stderr
     assert not list((out / "jobs").glob(".*.tmp"))
-    pd.testing.assert_frame_equal(got, expected)
+    pd.testing.assert_frame_equal(comparable(attackaudit.load_run(out)), expected)
 
 
 def test_memory_blow_up_is_killed_and_recorded(tmp_path):
