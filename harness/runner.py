@@ -18,7 +18,7 @@ from .config import ConfigError, RunConfig
 from .executors import DaskExecutor, Limits, LocalExecutor
 from .job import Job
 from .store import ensure_writable, job_is_complete, read_manifest, repeat_dir, write_manifest
-from .twins import has_job, run_twin_models
+from .twins import has_job, run_twin_models, twin_samples
 from .zoo import MODEL_TWIN_SUFFIXES, twin_of
 
 
@@ -108,7 +108,8 @@ def plan(config: RunConfig) -> Plan:
                                "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
             for model in [m for m in models if has_job(m, spec)]:  # a seed twin: randomised specs only
                 jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
-                                samples=config.samples, seed=config.seed, budget=config.budget,
+                                samples=twin_samples(model, config.samples, config.split_samples),
+                                seed=config.seed, budget=config.budget,
                                 targeted=config.targeted, device=config.device,
                                 batch_size=config.batch_size, plugins=(entry.plugin.ref,) if entry.plugin else (),
                                 steps_scale=config.steps_scale,

@@ -75,3 +75,9 @@ def twin_spec(spec, model: str):
 def batch_size(model: str, requested: int) -> int:
     """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all)."""
     return 1 if run_twin(model) == SPLIT_SUFFIX else requested
+
+
+def twin_samples(model: str, samples: int, split_samples: int) -> int:
+    """Images of a job on ``model``: the batch-split twin may run on the first ``split_samples``
+    (0 = all; subsets nest, so they are the base model's first images)."""
+    return min(samples, split_samples) if run_twin(model) == SPLIT_SUFFIX and split_samples > 0 else samples

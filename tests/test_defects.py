@@ -72,7 +72,7 @@ def test_old_runs_without_the_columns_are_not_judged():
                                                "eps_fail_ratio", "returned_class"]))) == []
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(calls=st.lists(st.integers(1, 20), min_size=N, max_size=N),
        ratio=st.lists(st.floats(EPS_UNUSED_RATIO, 1.0), min_size=N, max_size=N))
 def test_attacks_inside_their_ball_that_use_it_are_never_flagged(calls, ratio):
@@ -108,7 +108,7 @@ def test_batch_dependence_deterministic_and_against_the_seed_twin():
     assert "a second seed differs on 2" in finding["evidence"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.one_of(st.floats(0.01, 2.0), st.just(INF)), min_size=4, max_size=24))
 def test_a_split_twin_equal_to_its_model_is_never_batch_dependent(d):
     d = np.asarray(d)
