@@ -110,9 +110,12 @@ def class_findings(rows: pd.DataFrame) -> list[dict]:
 
 def class_notes(rows: pd.DataFrame) -> list[dict]:
     """Classes failed entirely that are no finding (difficulty explains them, or budget ran out)."""
-    j = judge(rows)
+    return _notes(judge(rows))
+
+
+def _notes(j: pd.DataFrame) -> list[dict]:
     return [{"norm": r.norm, "implementation": r.implementation, "library_version": r.library_version,
-             "note": f"fails every image of class {r[3]} others broke, which is not label evidence here: "
+             "note": "fails every image of a class others broke, which is not label evidence here: "
                      + r.evidence.split(": ", 1)[1]}
             for r in j[~j["flagged"].astype(bool)].itertuples(index=False)]
 
@@ -125,3 +128,8 @@ def judge_table(table: pd.DataFrame) -> pd.DataFrame:
     d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
     rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
     return judge(rows.assign(live=rows["d_star"] > 0))
+
+
+def class_notes_of(table: pd.DataFrame) -> list[dict]:
+    """``class_notes`` of a raw result table."""
+    return _notes(judge_table(table))

@@ -35,7 +35,9 @@ from .equivalence import DELTA, ImageBlocks, answer, compare, images_to_decide, 
 from .flags import flagged
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
+from .class_failure import class_notes_of
 from .strength import expectations, expected, is_strong, strength_findings
+from .twins import twin_notes
 
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
                      "optimality_ci", "queries", "wall_s", "trusted", "trust_set", "top_share", "top_in_set",
@@ -213,11 +215,26 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     strength = strength_findings(board[["norm", *IMPL_KEY, "family", "optimality", "n_models"]])
     best_of_norm = strength.drop_duplicates("norm").set_index("norm")
     by_norm = dict(tuple(long.groupby("norm", sort=False)))
+    notes = label_notes(table)
     rows = []
     for (family, norm), g in board.groupby(["family", "norm"], sort=True):
-        rows.append(_one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
-                         (eps_max or {}).get(norm), n_boot, seed, alpha))
+        row = _one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
+                   (eps_max or {}).get(norm), n_boot, seed, alpha)
+        mine = [f"{r.implementation}: {n}" for r in g.itertuples(index=False)
+                for n in notes.get((r.implementation, r.library_version, norm), [])]
+        row["note"] = "; ".join([x for x in [row["note"], *mine] if x])
+        rows.append(row)
     return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
+
+
+def label_notes(table: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:
+    """Label evidence too weak or too noisy for a flag, named for what it likely is (perm twin
+    within seed noise or a few images; a class failed entirely that difficulty explains):
+    ``{(implementation, library_version, norm): notes}``."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for n in twin_notes(prepare(table)) + class_notes_of(table):
+        out.setdefault((n["implementation"], n["library_version"], n["norm"]), []).append(n["note"])
+    return out
 
 
 def trust_tests(blocks: ImageBlocks, cands: list[int], alpha: float = ALPHA) -> tuple[dict, np.ndarray, list]:
