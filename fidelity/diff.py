@@ -8,7 +8,8 @@ The verdict (``VERDICT_RULE``, fidelity/README.md "Diff") rests on the implement
 only, so that it never depends on its siblings or on how many the audit holds:
 
 - **identical rows** (same distance within 1e-9 relative and the same status on every image of
-  every shared model) are ``unchanged``, whatever happened around them;
+  every shared model, and the same ``OWN_RESULT_COLUMNS`` and twin rows that its own-result flags
+  read) are ``unchanged``, whatever happened around them;
 - **performance**: per image (its rows on every shared model one block, ``equivalence``), the log
   ratio of the new to the old best distance, on the images that ran (status ``ok``) in both runs;
   "different" beyond the margin δ, Holm-adjusted over the implementations whose rows changed,
@@ -31,7 +32,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ._table import UNSUPPORTED, long_distances, prepare, without_twins
+from ..schema import DEFECT_COLUMNS
+from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
 from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, per_image
 from .flags import flags as compute_flags
 from .optimality import optimality
@@ -40,11 +42,16 @@ from .summary import REF_EPS
 
 #: how much each flag weighs in a verdict when it appears (−) or disappears (+): results that
 #: are wrong or missing (3) outweigh a suspect objective or strength (2), which outweighs an
-#: inefficiency (1), so a crash that disappears outweighs a new last_not_best
-SEVERITY: dict[str, int] = {"crash": 3, "timeout": 3, "invalid": 3, "out_of_box": 3, "label_bug": 3,
-                            "silent_failure": 3, "below_exact": 3, "shift_sensitivity": 2,
-                            "below_expected_strength": 2, "last_not_best": 1, "budget_overrun": 1,
-                            "nondeterminism": 1, "optimality_gap": 1}
+#: inefficiency (1), so a crash that disappears outweighs a new last_not_best. The defect rules
+#: (defects.py) sit by what they say about the results: ``out_of_ball`` returns rows that break
+#: the ε the attack was called with — results that are wrong, as ``out_of_box`` — (3); ``eps_unused``
+#: (a step rule that leaves the ball unused: valid results, a weaker attack, as a shift-sensitive
+#: objective) and ``batch_dependence`` (valid results that depend on the rest of the batch: a
+#: systematic fault, unlike the 1 of ``nondeterminism``'s unseeded noise) (2)
+SEVERITY: dict[str, int] = {"crash": 3, "timeout": 3, "invalid": 3, "out_of_box": 3, "out_of_ball": 3,
+                            "label_bug": 3, "silent_failure": 3, "below_exact": 3, "shift_sensitivity": 2,
+                            "eps_unused": 2, "batch_dependence": 2, "below_expected_strength": 2,
+                            "last_not_best": 1, "budget_overrun": 1, "nondeterminism": 1, "optimality_gap": 1}
 #: flags that count in a verdict (every flag with a severity) ...
 VERDICT_FLAGS = frozenset(SEVERITY)
 #: ... except these, which compare an implementation with its siblings: listed, never weighed
@@ -54,13 +61,21 @@ PERFORMANCE_WEIGHT = 2
 #: ... and this much when ξ moved by at least LARGE_DELTA (a large change is as serious as a crash)
 LARGE_WEIGHT = 3
 LARGE_DELTA = 0.1
+
+
+def _severity_text() -> str:
+    """"3: crash, timeout, …; 2: …; 1: …" over the weighed flags, from ``SEVERITY``."""
+    tiers = sorted({SEVERITY[f] for f in VERDICT_FLAGS - RELATIVE_FLAGS}, reverse=True)
+    return "; ".join(f"{w}: " + ", ".join(f for f in SEVERITY if SEVERITY[f] == w and f not in RELATIVE_FLAGS)
+                     for w in tiers)
+
+
 VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (per-image log ratio new/old on the images that "
                 f"ran in both, different beyond ±{np.expm1(DELTA):.0%}, Holm over the implementations whose rows "
                 f"changed; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when ξ moved by ≥ {LARGE_DELTA}) + severity "
-                "of own-result flags gone − severity of own-result flags new (3: crash, timeout, invalid, out_of_box, "
-                "label_bug, silent_failure, below_exact; 2: shift_sensitivity; 1: last_not_best, budget_overrun, "
-                "nondeterminism); mixed if both sides weigh ≥ 2 or cancel, improved if > 0, regressed if < 0, "
-                "inconclusive if the rows changed and nothing was shown, unchanged otherwise")
+                f"of own-result flags gone − severity of own-result flags new ({_severity_text()}); mixed if both "
+                "sides weigh ≥ 2 or cancel, improved if > 0, regressed if < 0, inconclusive if the rows changed and "
+                "nothing was shown, unchanged otherwise")
 DIFF_COLUMNS = ["implementation", "library", "family", "norm", "model", "version_a", "version_b",
                 "optimality_a", "optimality_b", "delta_optimality", "asr_a", "asr_b", "n_models", "n_samples",
                 "n_better", "n_worse", "ties", "statistic", "p_value", "effect_size", "flags_a", "flags_b",
@@ -121,6 +136,36 @@ def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame) -> dict:
     mean = (lambda v: float(np.nanmean(v)) if len(v) and np.isfinite(v).any() else float("nan"))
     return {"identical": identical, "x": x, "n_ran": int(ran.sum()), "n_rows": len(j),
             "own_xi": (mean(xi_a), mean(xi_b))}
+
+
+#: what an implementation's own-result flags read besides its best distances and statuses
+#: (last_not_best, budget_overrun, out_of_ball, eps_unused, targets ignored): rows are identical
+#: only when these agree too, and its rows on the twins both runs hold (batch_dependence,
+#: label_bug, shift_sensitivity) agree in best distance and status
+OWN_RESULT_COLUMNS = ["returned_distance", "returned_adversarial", "refused", *DEFECT_COLUMNS]
+
+
+def _same_results(rows_a: pd.DataFrame, rows_b: pd.DataFrame, models: list[str]) -> bool:
+    """Whether one implementation's ``prepare``d rows (twins included) in two runs agree, on
+    ``models`` and on their twins present in both runs, in best distance, status and
+    ``OWN_RESULT_COLUMNS`` (numbers within 1e-9 relative)."""
+    a, b = (t[t["model"].map(base_of).isin(models)] for t in (rows_a, rows_b))
+    twins = set(a["model"][a["model"].map(is_twin)]) & set(b["model"][b["model"].map(is_twin)])
+    a, b = (t[~t["model"].map(is_twin) | t["model"].isin(twins)] for t in (a, b))
+    cols = [c for c in ["best_distance", "status", *OWN_RESULT_COLUMNS] if c in a.columns and c in b.columns]
+    j = a[["model", "sample", *cols]].merge(b[["model", "sample", *cols]], on=["model", "sample"], suffixes=("_a", "_b"))
+    if not len(j) == len(a) == len(b):
+        return False
+    for c in cols:
+        x, y = j[f"{c}_a"], j[f"{c}_b"]
+        if c == "status":
+            same = x.astype(str).to_numpy() == y.astype(str).to_numpy()
+        else:
+            fx, fy = (pd.to_numeric(v.astype(object), errors="coerce").to_numpy(float) for v in (x, y))
+            same = np.isclose(fx, fy, rtol=1e-9, atol=0.0, equal_nan=True) | (fx == fy)
+        if not same.all():
+            return False
+    return True
 
 
 def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appeared: set[str], gone: set[str],
@@ -192,6 +237,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     meta = both.groupby(_KEY + ["_side"])[["library", "family", "library_version"]].agg(
         lambda s: ",".join(sorted(set(s.astype(str)) - {""})))
     rows_of = {k: g for k, g in both.groupby(["_side", *_KEY] + (["model"] if by_model else []), sort=False)}
+    with_twins = {s: dict(tuple(t.groupby(_KEY, sort=False))) for s, t in sides.items()}
     refs = {**REF_EPS, **(ref_eps or {})}
     group_keys = _KEY + (["model"] if by_model else [])
     rows = []
@@ -211,6 +257,8 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
         own = {"identical": False, "x": np.zeros(0), "n_ran": 0, "n_rows": 0, "own_xi": (np.nan, np.nan)}
         if len(present) == 2:
             own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")))
+            own["identical"] = own["identical"] and _same_results(
+                with_twins["a"][(norm, impl)], with_twins["b"][(norm, impl)], shared)
         res = compare(own["x"])
         verdict = "" if len(present) == 2 else ("new" if present == ["b"] else "removed")
         reason = "" if verdict == "" else f"only in run {present[0]}"

@@ -152,3 +152,48 @@ def test_unsupported_rows_are_absent_and_could_not_run():
     unsupported = run("1.18", status="unsupported", error="this release takes no eps tensor")
     row = diff(run("1.17"), unsupported).set_index("implementation").loc["art/APGD"]
     assert row.verdict == "could not run" and "crash" not in row.flags_appeared
+
+
+# ---------------------------------------------------------------- the defect flags weigh (defects.py)
+N_DEF = 16
+D_DEF = np.random.default_rng(5).uniform(0.05, 0.3, N_DEF)
+FAILED = np.isin(np.arange(N_DEF), [0, 2, 3, 5, 8, 9])
+
+
+def _defect_release(version: str, defect: str | None) -> pd.DataFrame:
+    """One model: a fixed-ε ``lib/pgd`` with the columns the minimal-ε search records, its
+    batch-split twin, and a sound sibling; ``defect`` plants one defect rule's evidence in this
+    release while every best distance and status stays the same as without it."""
+    best = np.where(FAILED, INF, D_DEF)
+    out = np.zeros(N_DEF, dtype=int)
+    ratio = np.where(FAILED, 0.9, np.nan)
+    split = best.copy()
+    if defect == "out_of_ball":
+        out[[1, 4, 7]] = 4
+    elif defect == "eps_unused":
+        ratio = np.where(FAILED, 0.05, np.nan)
+    elif defect == "batch_dependence":
+        split = np.where(np.arange(N_DEF) < 8, best * 1.5, best)
+    rows = [job_rows(m, "lib/pgd", "linf", d, family="pgd", kind="fixed", library_version=version)
+            .assign(ball_calls=9, ball_out=out if m == "m" else 0, ball_worst_ratio=np.where(out > 0, 1.8, 1.0),
+                    ball_worst_eps=0.06, eps_fail_max=np.where(FAILED, 1.0, np.nan), eps_fail_ratio=ratio,
+                    returned_class=-1, returned_adversarial=~FAILED, returned_distance=best)
+            for m, d in (("m", best), ("m~split", split))]
+    return table(*rows, job_rows("m", "lib2/pgd", "linf", D_DEF, family="pgd", kind="fixed"))
+
+
+@pytest.mark.parametrize("flag, weight", [("out_of_ball", 3), ("eps_unused", 2), ("batch_dependence", 2)])
+def test_a_defect_flag_that_appears_regresses_and_one_that_disappears_improves(flag, weight):
+    """Same best distances and statuses in both releases: only the defect's own evidence (rows
+    outside the ball, failed rows far inside it, a split twin that differs) changes, and the
+    flags computed from the rows weigh by their severity."""
+    sound, defective = _defect_release("1.0", None), _defect_release("2.0", flag)
+    worse = diff(sound, defective).set_index("implementation")
+    assert worse.loc["lib/pgd", "flags_appeared"] == flag
+    assert worse.loc["lib/pgd", "verdict"] == "regressed" and worse.loc["lib/pgd", "score"] == -weight
+    assert f"new: {flag}" in worse.loc["lib/pgd", "reason"]
+    assert worse.loc["lib2/pgd", "verdict"] == "unchanged"
+    better = diff(defective, sound).set_index("implementation").loc["lib/pgd"]
+    assert better.flags_disappeared == flag and better.verdict == "improved" and better.score == weight
+    assert better.reason.startswith(f"{flag} gone")
+    assert diff(defective, defective).set_index("implementation").loc["lib/pgd", "verdict"] == "unchanged"
