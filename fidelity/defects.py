@@ -21,12 +21,9 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from ._table import IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, long_distances, sample_list, twin_kind
-from .equivalence import benjamini_hochberg
-from .stats import ALPHA
-from .twins import differs
+from ._table import JOB_KEY, SAMPLE_KEY, long_distances, sample_list
+from .twins import twin_findings
 
 #: out_of_ball: rows (image × call) returned outside the ball, beyond the minimal-ε search's own
 #: tolerance (d > ε·(1 + 1e-3) + 1e-6, harness/minimal.py ``inside_ball``). Sound built-in
@@ -41,21 +38,10 @@ EPS_UNUSED_RATIO = 0.25
 EPS_UNUSED_MIN_IMAGES = 2
 #: ... and this share of the images it failed on where an adversarial existed within the ε tried
 EPS_UNUSED_MIN_FRACTION = 0.5
-#: batch_dependence: an image differs between M and M~split when success differs or the best
-#: distances differ by more than this (relative; the seed twin's tolerance of twins.py)
-SPLIT_RTOL = 0.01
-#: ... and, for a deterministic attack (no seed twin), the binomial null rate of differing images:
-#: sound deterministic attacks differ by batch-size float noise only (≤ 1e-6 relative, 0 images;
-#: README table), so 5%, as for the perm twin, leaves room for one divergent bisection path
-SPLIT_NULL_RATE = 0.05
-#: ... and a finding needs at least this many differing images
-SPLIT_MIN_IMAGES = 2
 #: targets ignored: at least this many images misclassified as a third class ...
 TARGET_MIN_IMAGES = 3
 #: ... making at least this share of the images another implementation brought to the target
 TARGET_MIN_FRACTION = 0.5
-
-_SPLIT, _SEED = "split", "seed"
 
 
 def _finding(key: tuple, flag: str, evidence: str) -> dict:
@@ -117,56 +103,15 @@ def eps_unused(t: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _twin_pairs(t: pd.DataFrame, kind: str) -> dict[tuple, pd.DataFrame]:
-    """Per (base model, norm, implementation key): its rows on ``M~<kind>`` joined to ``M``'s by
-    image (columns sample, best_distance, best_distance_twin), sorted by image."""
-    twin = t[t["model"].map(twin_kind) == kind]
-    if twin.empty:
-        return {}
-    cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
-    twin = twin[["model", *cols]].assign(model=twin["model"].map(base_of))
-    pairs = twin.merge(t[["model", *cols]], on=["model", *cols[:-1]], suffixes=("_twin", ""))
-    return {key: g.sort_values("sample") for key, g in pairs.groupby(["model", "norm", *IMPL_KEY], sort=True)}
-
-
 def batch_dependence(t: pd.DataFrame) -> list[dict]:
-    """``M~split`` against ``M`` per implementation, beyond its own noise: with a seed twin, the
-    images that differ on the split twin but not between the seeds against the reverse (exact
-    one-sided McNemar); without one (a deterministic attack: ``--metamorphic`` gives every
-    randomised attack a seed twin), the count of differing images against a binomial with
-    ``SPLIT_NULL_RATE``. Benjamini–Hochberg over every implementation judged in the report;
-    a finding needs q < ``ALPHA`` and at least ``SPLIT_MIN_IMAGES`` differing images."""
-    split, seed = _twin_pairs(t, _SPLIT), _twin_pairs(t, _SEED)
-    judged = []
-    for key, g in split.items():
-        d = differs(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), SPLIT_RTOL)
-        floor = seed.get(key)
-        if floor is not None:
-            noise = pd.Series(differs(floor["best_distance"].to_numpy(), floor["best_distance_twin"].to_numpy(),
-                                      SPLIT_RTOL), index=floor["sample"].to_numpy())
-            s = noise.reindex(g["sample"].to_numpy()).fillna(False).to_numpy(bool)
-            only_split, only_seed = int((d & ~s).sum()), int((s & ~d).sum())
-            p = float(sps.binom.sf(only_split - 1, only_split + only_seed, 0.5)) if only_split else 1.0
-            why = f"a second seed differs on {int(s.sum())}"
-        else:
-            p = float(sps.binom.sf(int(d.sum()) - 1, d.size, SPLIT_NULL_RATE)) if d.any() else 1.0
-            why = f"null rate {SPLIT_NULL_RATE:.0%} for a deterministic attack"
-        judged.append((key, g[d], int(d.size), why, p))
-    q = benjamini_hochberg([p for *_, p in judged]) if judged else []
-    out = []
-    for (key, bad, n, why, p), qv in zip(judged, q):
-        if not (qv < ALPHA and len(bad) >= SPLIT_MIN_IMAGES):
-            continue
-        model, norm, impl, version = key
-        examples = "; ".join(f"image {sample_list([r.sample])}: {r.best_distance:.4g} in the batch vs "
-                             f"{r.best_distance_twin:.4g} alone" for r in bad.head(3).itertuples(index=False))
-        out.append({"model": model, "norm": norm, "implementation": impl, "library_version": version,
-                    "flag": "batch_dependence", "evidence": (
-                        f"best distances differ beyond {SPLIT_RTOL:.0%} on {len(bad)} of {n} images between {model} "
-                        f"and its batch-split twin {model}~{_SPLIT} (the same attack called on one image at a "
-                        f"time): the result depends on the rest of the batch; {why}; p = {p:.2g}, BH q = {qv:.2g} "
-                        f"over the report: {examples}")})
-    return out
+    """``M~split`` against ``M`` per implementation, beyond its own noise (``twins.judge``, kind
+    ``"split"``): with a seed twin, the images that differ on the split twin but not between the
+    seeds against the reverse (exact one-sided McNemar); without one (a deterministic attack:
+    ``--metamorphic`` gives every randomised attack a seed twin), the count of differing images
+    against a binomial with ``twins.NULL_RATE["split"]``. Benjamini–Hochberg over every
+    implementation judged in the report; a finding needs q < ``ALPHA`` and at least
+    ``twins.MIN_IMAGES["split"]`` differing images."""
+    return twin_findings(t, kinds=("split",))
 
 
 def targets_ignored(t: pd.DataFrame) -> list[dict]:

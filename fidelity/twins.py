@@ -2,14 +2,19 @@
 
 A twin ``M~<kind>`` is the model ``M`` changed in a way a sound attack must not notice: ``~perm``
 renames the classes (a difference is label evidence: ``label_bug``), ``~shift`` shifts the logits
-per sample (``shift_sensitivity``). ``~seed`` is the same model and images attacked with another
-seed: its differences are the attack's own noise, the floor every other twin is judged against.
+per sample (``shift_sensitivity``), ``~split`` calls the attack on one image at a time
+(``batch_dependence``, reported by defects.py). ``~seed`` is the same model and images attacked
+with another seed: its differences are the attack's own noise, the floor every other twin is
+judged against.
 
 Per (model, norm, implementation) an image *differs* when success differs or the best distances
 differ by more than the check's relative tolerance. The test (a p-value per judged job):
 
 - with a seed twin: per image, the twin's |log ratio| to the base against the second seed's (a
-  one-sided signed-rank test): a difference beyond the attack's own noise;
+  one-sided signed-rank test): a difference beyond the attack's own noise; on the split twin,
+  whose one-image calls draw the attack's random numbers afresh (another seed in effect), only
+  whether an image differs is compared: the images that differ on the twin but not between the
+  seeds against the reverse (an exact one-sided McNemar test);
 - without one (a deterministic attack): the count of differing images against a binomial with the
   check's null rate (``NULL_RATE``, above the measured noise of sound attacks).
 
@@ -25,23 +30,30 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ._table import IMPL_KEY, base_of, is_twin, twin_kind
+from typing import Iterable
+
+from ._table import IMPL_KEY, base_of, is_twin, sample_list, twin_kind
 from .equivalence import benjamini_hochberg, log_ratios, signed_rank_p
 from .stats import ALPHA
 
 #: relative tolerance per kind: permuting logits is exact in float arithmetic (measured ≤ 1.1e-6);
 #: a shift changes float32 log-softmax values (measured ≤ 2.7% for sound non-sign attacks)
-RTOL = {"perm": 0.01, "shift": 0.05, "seed": 0.01}
+#: a batch of one changes a sound deterministic attack by float noise only (≤ 1e-6 relative)
+RTOL = {"perm": 0.01, "shift": 0.05, "split": 0.01, "seed": 0.01}
 #: null rate of differing images per kind without a seed twin: above the measured noise of sound
-#: deterministic attacks (perm: 0 of 12–16 images; shift: 0–1 of 12, 3 of 12 for a one-step FGM)
-NULL_RATE = {"perm": 0.05, "shift": 0.15}
+#: deterministic attacks (perm: 0 of 12–16 images; shift: 0–1 of 12, 3 of 12 for a one-step FGM;
+#: split: 0 of 8 images, 5% as for the perm twin, room for one divergent bisection path)
+NULL_RATE = {"perm": 0.05, "shift": 0.15, "split": 0.05}
 #: the flag each kind raises, and the families a kind says nothing about
-FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity"}
-EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"})}
-MIN_IMAGES = {"perm": 2, "shift": 1}
+FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity", "split": "batch_dependence"}
+EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"}), "split": frozenset()}
+MIN_IMAGES = {"perm": 2, "shift": 1, "split": 2}
 WHAT = {"perm": "same network with its classes renamed, labels and targets mapped alike: the result depends on "
                 "class indices, i.e. on how the attack handles labels",
-        "shift": "same decisions, logits shifted per sample"}
+        "shift": "same decisions, logits shifted per sample",
+        "split": "the same attack called on one image at a time: the result depends on the rest of the batch"}
+#: how an example image's two distances are named per kind (base, twin)
+EXAMPLE_WORDS = {"split": ("in the batch", "alone")}
 
 
 def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
@@ -66,10 +78,30 @@ def _pairs(t: pd.DataFrame) -> pd.DataFrame:
                                                                    suffixes=("_twin", ""))
 
 
-def judge(t: pd.DataFrame) -> pd.DataFrame:
-    """One row per (base, twin, kind, norm, implementation) of a prepared table: n images,
-    ``n_differ``, the seed twin's ``n_differ_seed`` (NaN without one), ``p_value``, ``q_value``
-    (BH over the kind's rows), ``flagged``, ``evidence``."""
+def _farther_than_seed(base: np.ndarray, twin: np.ndarray, seed: np.ndarray, d: np.ndarray,
+                       d_seed: np.ndarray) -> float:
+    """p that the twin is farther from the base than a second seed is, per image (|log ratio|,
+    one-sided signed rank); all arguments (n,) over the same images."""
+    u, v = np.abs(log_ratios(twin, base)), np.abs(log_ratios(seed, base))
+    return signed_rank_p(u - v, "greater")
+
+
+def _differs_more_than_seed(base: np.ndarray, twin: np.ndarray, seed: np.ndarray, d: np.ndarray,
+                            d_seed: np.ndarray) -> float:
+    """p that more images differ on the twin than between the seeds: the images that differ on
+    the twin only (``d & ~d_seed``) against the reverse, exact one-sided McNemar."""
+    only_twin, only_seed = int((d & ~d_seed).sum()), int((d_seed & ~d).sum())
+    return float(sps.binom.sf(only_twin - 1, only_twin + only_seed, 0.5)) if only_twin else 1.0
+
+
+#: the test against the seed twin per kind (module docstring)
+AGAINST_SEED = {"perm": _farther_than_seed, "shift": _farther_than_seed, "split": _differs_more_than_seed}
+
+
+def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFrame:
+    """One row per (base, twin, kind, norm, implementation) of a prepared table, for the twin
+    ``kinds`` asked: n images, ``n_differ``, the seed twin's ``n_differ_seed`` (NaN without one),
+    ``p_value``, ``q_value`` (BH over the kind's rows), ``flagged``, ``examples``."""
     pairs = _pairs(t)
     keys = ["base", "model", "kind", "norm", *IMPL_KEY]
     seed = {}
@@ -77,18 +109,17 @@ def judge(t: pd.DataFrame) -> pd.DataFrame:
         seed[key] = g.set_index("sample")["best_distance_twin"]
     rows = []
     for (b, twin, kind, norm, impl, version), g in pairs.groupby(keys, sort=True):
-        if kind not in FLAG_OF or str(g["family"].iloc[0]) in EXEMPT[kind]:
+        if kind not in FLAG_OF or kind not in kinds or str(g["family"].iloc[0]) in EXEMPT[kind]:
             continue
         g = g.sort_values("sample")
         base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         d = differs(base, other, RTOL[kind])
         floor = seed.get((b, norm, impl, version))
         if floor is not None:
-            # per image: is the twin farther from the base than a second seed is?
             s = floor.reindex(g["sample"].to_numpy()).to_numpy(float)
-            u, v = np.abs(log_ratios(other, base)), np.abs(log_ratios(s, base))
-            p = signed_rank_p(u - v, "greater")
-            n_seed = int(differs(base, s, RTOL[kind]).sum())
+            d_seed = differs(base, s, RTOL[kind]) & ~np.isnan(s)  # an image the seed twin lacks is no noise
+            p = AGAINST_SEED[kind](base, other, s, d, d_seed)
+            n_seed = int(d_seed.sum())
         else:
             p = float(sps.binom.sf(int(d.sum()) - 1, d.size, NULL_RATE[kind])) if d.any() else 1.0
             n_seed = np.nan
@@ -103,15 +134,18 @@ def judge(t: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _examples(part: pd.DataFrame, limit: int = 3) -> str:
-    return "; ".join(f"image {int(r.sample)}: {r.best_distance:.4g} vs {r.best_distance_twin:.4g}"
+def _examples(part: pd.DataFrame, kind: str, limit: int = 3) -> str:
+    on_base, on_twin = EXAMPLE_WORDS.get(kind, ("", ""))
+    return "; ".join(f"image {sample_list([r.sample])}: {r.best_distance:.4g}{' ' * bool(on_base)}{on_base} vs "
+                     f"{r.best_distance_twin:.4g}{' ' * bool(on_twin)}{on_twin}"
                      for r in part.head(limit).itertuples(index=False))
 
 
-def twin_findings(t: pd.DataFrame) -> list[dict]:
-    """``label_bug`` / ``shift_sensitivity`` findings (on the base model) of a prepared table."""
+def twin_findings(t: pd.DataFrame, kinds: Iterable[str] = ("perm", "shift")) -> list[dict]:
+    """Findings (on the base model) of a prepared table for the twin ``kinds`` asked:
+    ``label_bug`` (perm), ``shift_sensitivity`` (shift), ``batch_dependence`` (split)."""
     out = []
-    judged = judge(t)
+    judged = judge(t, kinds)
     for r in judged[judged["flagged"]].itertuples(index=False):
         noise = (f"a second seed differs on {int(r.n_differ_seed)}" if np.isfinite(r.n_differ_seed)
                  else f"null rate {NULL_RATE[r.kind]:.0%} for a deterministic attack")
@@ -119,14 +153,14 @@ def twin_findings(t: pd.DataFrame) -> list[dict]:
                     "library_version": r.library_version, "flag": FLAG_OF[r.kind], "evidence": (
                         f"best distances differ beyond {RTOL[r.kind]:.0%} on {r.n_differ} of {r.n} images between "
                         f"{r.base} and its twin {r.model} ({WHAT[r.kind]}); {noise}; p = {r.p_value:.2g}, "
-                        f"BH q = {r.q_value:.2g} over the report: {_examples(r.examples)}")})
+                        f"BH q = {r.q_value:.2g} over the report: {_examples(r.examples, r.kind)}")})
     return out
 
 
 def twin_notes(t: pd.DataFrame) -> list[dict]:
     """Differences on the perm twin too weak or too noisy to be label evidence, named for what
     they likely are: ``{norm, implementation, library_version, note}``."""
-    judged = judge(t)
+    judged = judge(t, ("perm",))
     out = []
     for r in judged[(~judged["flagged"]) & (judged["kind"] == "perm") & (judged["n_differ"] > 0)].itertuples():
         if np.isfinite(r.n_differ_seed):
