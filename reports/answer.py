@@ -6,9 +6,9 @@ that family and norm that were flagged, and the comparison that decided the verd
 ``tables.Pair`` of the top pick and its closest competitor). ``flag_evidence_rows`` gives, for each
 flagged implementation and norm, the per-image result rows its flags rest on.
 
-The recommendation's fields are read defensively: ``verdict`` may be today's
-"clear" / "tied" / "untrusted" or the richer "clear" / "tied" / "inconclusive" /
-"only implementation" / "none" (fidelity/README.md, "Trust sets"); both map onto ``VERDICTS``.
+``verdict`` is what fidelity/recommend.py emits: "clear" / "tied" / "inconclusive" /
+"only implementation" / "none" (fidelity/README.md, "Trust sets"); a report.json written before
+those words ("untrusted", or no verdict) maps onto the same ``VERDICTS``.
 """
 from __future__ import annotations
 
@@ -19,15 +19,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..fidelity.defects import EPS_UNUSED_RATIO
 from .tables import Pair, ReportData
 
 #: the one-word verdicts an answer row can show, in the order a reader meets them
 VERDICTS = ("clear", "tied", "inconclusive", "only implementation", "none")
-#: flags whose evidence compares a model with its metamorphic twin: their rows show both
-TWIN_FLAGS = {"label_bug": "~perm", "shift_sensitivity": "~shift"}
+#: flags whose evidence compares a model with its metamorphic twins: their rows show the model's,
+#: the twin's (``~perm`` renamed classes, ``~shift`` shifted logits, ``~split`` one image per call)
+#: and the seed twin's (``~seed``: another seed, the attack's own noise the difference is judged against)
+TWIN_FLAGS = {"label_bug": ("~perm", "~seed"), "shift_sensitivity": ("~shift", "~seed"),
+              "batch_dependence": ("~split", "~seed")}
 #: columns of the per-image rows a flag rests on, in reading order
 ROW_COLUMNS = ["model", "sample", "label", "status", "best_distance", "d_star", "returned_distance", "queries",
                "refused", "why", "error"]
+#: result columns the defect rules read, with the value meaning "not recorded"
+BALL_COLUMNS = {"ball_out": 0.0, "ball_worst_ratio": math.nan, "eps_fail_max": math.nan, "eps_fail_ratio": math.nan,
+                "returned_class": -1.0, "target": -1.0}
 #: rows shown per flagged implementation and norm (the standing-out ones; all rows are in the run)
 MAX_FLAG_ROWS = 4
 
@@ -46,8 +53,10 @@ class Member:
     library_version: str
     optimality: float
     ci: tuple[float, float]
-    p_adjusted: float = float("nan")                     # against the top pick (NaN for the top pick)
-    samples_to_separate: float = float("nan")
+    answer: str = ""                                     # against the top pick: "equivalent" / "inconclusive"
+    estimate: float = float("nan")                       # per-image log(d_member / d_top), Hodges–Lehmann
+    p_equivalent: float = float("nan")                   # TOST, Holm-adjusted over the members (NaN: top pick)
+    images_to_decide: float = float("nan")               # inconclusive: images at which the test would decide
 
     @property
     def key(self) -> tuple[str, str]:
@@ -95,8 +104,9 @@ def _interval(value: object) -> tuple[float, float]:
 
 
 def verdict_word(row: dict) -> str:
-    """The verdict of a recommendation row as one of ``VERDICTS`` (today's "untrusted" is "none";
-    a trusted sole implementation is "only implementation")."""
+    """The verdict of a recommendation row as one of ``VERDICTS``: fidelity.recommend's own word,
+    else (an older report.json) "untrusted" is "none" and a trusted sole implementation "only
+    implementation"."""
     word = str(row.get("verdict") or "").strip().lower()
     if word in VERDICTS:
         return word
@@ -114,8 +124,9 @@ def _members(row: dict) -> list[Member]:
         if not isinstance(m, dict):
             continue
         out.append(Member(str(m.get("implementation", "")), str(m.get("library_version", "") or ""),
-                          _float(m.get("optimality")), _interval(m.get("optimality_ci")),
-                          _float(m.get("p_adjusted")), _float(m.get("samples_to_separate"))))
+                          _float(m.get("optimality")), _interval(m.get("optimality_ci")), str(m.get("answer") or ""),
+                          _float(m.get("estimate")), _float(m.get("p_equivalent", m.get("p_adjusted"))),
+                          _float(m.get("images_to_decide", m.get("samples_to_separate")))))
     return out
 
 
@@ -133,7 +144,8 @@ def _find_pair(pairs: list[Pair], family: str, norm: str, a: tuple[str, str], b_
 def _swapped(p: Pair) -> Pair:
     """``p`` with its sides exchanged, so that the top pick is always on the x axis."""
     return Pair(p.family, p.norm, p.b, p.a, p.library_b, p.library_a, p.optimality_b, p.optimality_a, p.p_value,
-                -p.effect_size, p.wins_b, p.wins_a, p.dist_b, p.dist_a, p.models)
+                -p.effect_size, p.wins_b, p.wins_a, p.dist_b, p.dist_a, p.models, p.answer, p.better, -p.estimate,
+                p.images_to_decide)
 
 
 def _deciding_pair(data: ReportData, family: str, norm: str, top: tuple[str, str], members: list[Member],
@@ -199,9 +211,9 @@ def _models_of(flags: pd.DataFrame, models: list[str]) -> list[str]:
         named = real if model in ("*", "all models") else [model]
         for m in named:
             out.append(m)
-            suffix = TWIN_FLAGS.get(flag)
-            if suffix and "~" not in m and f"{m}{suffix}" in models:
-                out.append(f"{m}{suffix}")
+            for suffix in TWIN_FLAGS.get(flag, ()):
+                if "~" not in m and f"{m}{suffix}" in models:
+                    out.append(f"{m}{suffix}")
             if "~" in m:
                 out.append(m.split("~", 1)[0])
     return [m for m in dict.fromkeys(out) if m in models]
@@ -222,8 +234,13 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
         other = base.get((r["model"].split("~", 1)[0], r["sample"])) if "~" in r["model"] else None
         if other is not None and (math.isfinite(other) != math.isfinite(d) or (
                 math.isfinite(other) and abs(d - other) > 0.01 * max(abs(other), 1e-12))):
-            why.append("differs on the twin")
-            score += 4
+            # a second seed's difference is the noise floor, shown beside the twin it judges
+            seed = r["model"].endswith("~seed")
+            why.append("differs with another seed (noise)" if seed else "differs on the twin")
+            score += 0 if seed else 4
+        why_ball, score_ball = _ball_why(r)
+        why += why_ball
+        score += score_ball
         if r["refused"] > 0:
             why.append("queries refused")
             score += 2
@@ -236,6 +253,25 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
             score += min(ratio - 1.0, 1.0) if math.isfinite(ratio) else 1.5
         out.append((", ".join(why), score))
     return out
+
+
+def _ball_why(r: dict) -> tuple[list[str], float]:
+    """What the minimal-ε search recorded of a fixed-ε attack's calls (``ball_*``, ``eps_fail_*``)
+    and the class a targeted output reached, where it stands out: rows outside the ε-ball, an ε left
+    unused, a third class instead of the target (fidelity/defects.py)."""
+    why, score = [], 0.0
+    if r.get("ball_out", 0) > 0:
+        why.append(f"{r['ball_out']:.0f} calls outside the ball (d/ε up to {r.get('ball_worst_ratio', math.nan):.3g})")
+        score += 3
+    ratio = r.get("eps_fail_ratio", math.nan)
+    if math.isinf(r["best_distance"]) and math.isfinite(ratio) and ratio < EPS_UNUSED_RATIO:
+        why.append(f"failed at ε {r.get('eps_fail_max', math.nan):.3g} moving {ratio:.2g} of ε")
+        score += 3
+    reached, target, label = r.get("returned_class", -1), r.get("target", -1), r.get("label", math.nan)
+    if target >= 0 and reached >= 0 and reached not in (target, label):
+        why.append(f"reached class {reached:.0f}, not the target {target:.0f}")
+        score += 3
+    return why, score
 
 
 def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]]:
@@ -257,6 +293,8 @@ def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]
 
     text = {c: (t[c].fillna("").astype(str).tolist() if c in t else [""] * n) for c in ("status", "error")}
     queries = [a + b for a, b in zip(col("forwards", 0.0), col("backwards", 0.0))]
+    # defect columns (absent in older runs: then nothing stands out for them)
+    extra = {c: col(c, default) for c, default in BALL_COLUMNS.items()}
     out: dict[tuple[str, str, str], dict[tuple[str, int], dict]] = {}
     for i, (k, model, sample, label, best, ret, refused) in enumerate(zip(
             [x for x, kept in zip(key, keep) if kept], t["model"].astype(str).tolist(), t["sample"].tolist(),
@@ -267,7 +305,7 @@ def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]
             "model": model, "sample": sample, "label": label, "status": text["status"][i] or "ok",
             "best_distance": best, "d_star": d_star.get((model, k[2]), {}).get(sample, math.nan),
             "returned_distance": ret, "queries": queries[i], "refused": refused,
-            "error": error.splitlines()[0][:120] if error else ""}
+            "error": error.splitlines()[0][:120] if error else "", **{c: v[i] for c, v in extra.items()}}
     return {k: list(v.values()) for k, v in out.items()}
 
 
@@ -287,10 +325,12 @@ def flag_evidence_rows(data: ReportData, limit: int = MAX_FLAG_ROWS) -> dict[tup
         why = _why(rows)
         ranked = sorted((i for i, (_, score) in enumerate(why) if score > 0),
                         key=lambda i: (-why[i][1], rows[i]["sample"]))[:limit]
-        # a twin's row is read against its model's row of the same image: show both
+        # a twin's row is read against its model's row of the same image and the seed twin's (the
+        # noise floor): show them together
         partners = {(rows[i]["model"].split("~", 1)[0], rows[i]["sample"]) for i in ranked if "~" in rows[i]["model"]}
         chosen = set(ranked)
-        picked = sorted((i for i, r in enumerate(rows) if i in chosen or (r["model"], r["sample"]) in partners),
+        picked = sorted((i for i, r in enumerate(rows)
+                         if i in chosen or (r["model"].split("~", 1)[0], r["sample"]) in partners),
                         key=lambda i: (rows[i]["sample"], rows[i]["model"]))
         frame = pd.DataFrame([{**rows[i], "why": why[i][0]} for i in picked], columns=ROW_COLUMNS)
         out[(str(impl), str(version), str(norm))] = (frame, sum(score > 0 for _, score in why))

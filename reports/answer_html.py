@@ -31,8 +31,9 @@ VERDICT_LABEL = {"clear": "clear", "tied": "tied", "inconclusive": "inconclusive
 VERDICT_TIP = {
     "clear": "one implementation is significantly better than the other unflagged ones",
     "tied": "the trusted implementations are equivalent here: use any",
-    "inconclusive": "this run cannot tell them apart yet; more images would decide",
-    "only implementation": "the only implementation of this family and norm that ran",
+    "inconclusive": "neither shown different nor equivalent: rerun with the number of images the row names",
+    "only implementation": "the only unflagged implementation of this family and norm; its summary says how it "
+                           "stands against the best attack of its norm",
     "none": "no implementation can be trusted: every one is flagged",
 }
 #: implementations drawn in a "none" verdict's evidence (no trust set to draw)
@@ -81,7 +82,9 @@ def _name(key: tuple[str, str]) -> str:
 
 def _who(a: Answer) -> str:
     if a.members:
-        return ", ".join(m.implementation for m in a.members)
+        names = ", ".join(m.implementation for m in a.members)
+        need = [m.images_to_decide for m in a.members[1:] if math.isfinite(m.images_to_decide)]
+        return f"{names}; rerun with --samples {max(need):.0f}" if a.verdict == "inconclusive" and need else names
     return f"{a.top[0]} (best, flagged)" if a.flagged else "—"
 
 
@@ -128,10 +131,13 @@ def _members_table(a: Answer) -> str:
     if not a.members:
         return ""
     frame = pd.DataFrame([{"implementation": _name(m.key), "optimality": m.optimality, "ci": _ci(m.ci),
-                           "p": m.p_adjusted, "separate": m.samples_to_separate} for m in a.members])
+                           "answer": m.answer if i else "top pick", "estimate": m.estimate if i else math.nan,
+                           "p": m.p_equivalent, "decide": m.images_to_decide} for i, m in enumerate(a.members)])
     cols = [T.Col("trusted", "implementation"), T.Col("global ξ", "optimality", T.f_opt, True),
-            T.Col("95% interval", "ci"), T.Col("vs top pick: Holm p", "p", T.f_p, True),
-            T.Col("images per model to separate", "separate", T.f_count, True)]
+            T.Col("95% interval", "ci"), T.Col("vs top pick", "answer"),
+            T.Col("per image vs top pick", "estimate", T.f_ratio, True),
+            T.Col(f"equivalent within ±{T.MARGIN}: Holm p", "p", T.f_p, True),
+            T.Col("images to decide", "decide", T.f_count, True)]
     return table(frame, cols, sortable=False)
 
 

@@ -74,9 +74,7 @@ def trust_lines(rec: pd.DataFrame, impl: str, version: str, family: str, norm: s
     mine = next((m for m in members if m.get("implementation") == impl
                  and str(m.get("library_version", "")) == version), None)
     if mine is not None:
-        where = "the top pick" if members and mine is members[0] else (
-            f"not significantly worse than the top pick {members[0].get('implementation')} (Holm p = "
-            f"{_f(mine.get('p_adjusted'), '.2g')})")
+        where = "the top pick" if members and mine is members[0] else _against_top(mine, members[0])
         lo, hi = (mine.get("optimality_ci") or [math.nan, math.nan])[:2]
         out = [f"trusted: {word} for {family} under {norm} ({names}); it is {where}; global ξ "
                f"{_f(mine.get('optimality'))} (95% interval {_f(lo)}–{_f(hi)})"]
@@ -90,6 +88,17 @@ def trust_lines(rec: pd.DataFrame, impl: str, version: str, family: str, norm: s
     if summary and summary != str(r.get("note") or ""):
         out.append(f"  what to do: {summary}")
     return out
+
+
+def _against_top(member: dict, top: dict) -> str:
+    """How a trust-set member stands against the top pick (fidelity.recommend's member fields)."""
+    name = top.get("implementation")
+    if member.get("answer") == "equivalent":
+        return f"equivalent to the top pick {name} (TOST Holm p = {_f(member.get('p_equivalent'), '.2g')})"
+    need = member.get("images_to_decide")
+    rerun = f"rerun with --samples {_f(need, '.0f')}" if need is not None and math.isfinite(float(need)) else \
+        "more images would not decide it"
+    return f"neither shown different from nor equivalent to the top pick {name}: {rerun}"
 
 
 def behind_envelope(dist: pd.DataFrame, env: pd.DataFrame, impl: str, version: str, norm: str,

@@ -186,6 +186,13 @@ def render_html(data: ReportData, generated: str | None = None) -> str:
     else:
         body.append("<p>No flags: every implementation ran cleanly and none is significantly weaker than the best "
                     "of its family.</p>")
+    if data.seed_twins is not None:
+        from .seed_twins import seed_twin_sentence
+
+        body.append(f'<h3 id="seed-twins">Noise floor: the seed twins</h3><p class="explain">{esc(T.EXPLAIN_SEED)}</p>'
+                    f"<p>{esc(seed_twin_sentence(data.seed_twins))}</p>")
+        body.append(f"<details><summary>Every seed twin ({len(data.seed_twins)})</summary>"
+                    + table(data.seed_twins, T.SEED_COLS) + "</details>")
     parts.append('<section id="flags"><h2>Flags</h2>' + "".join(body) + "</section>")
 
     # -- crashes ------------------------------------------------------------------------

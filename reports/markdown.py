@@ -135,6 +135,12 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
         out.append("No flags: every implementation ran cleanly and none is significantly weaker than the best of its "
                    "family.\n")
 
+    if data.seed_twins is not None:
+        from .seed_twins import seed_twin_sentence
+
+        out.append(f"### Noise floor: the seed twins\n\n{md(T.EXPLAIN_SEED)}\n\n{md(seed_twin_sentence(data.seed_twins))}\n")
+        out.append(table(data.seed_twins, T.SEED_COLS))
+
     n += 1
     out.append(f"## {n}. Crashes, timeouts and invalid output\n\n{md(T.EXPLAIN_CRASHES)}\n")
     out.append(table(data.crashes, T.CRASH_COLS) if len(data.crashes) else "None: every job finished.\n")

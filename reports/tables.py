@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .. import fidelity
+from ..fidelity.equivalence import DELTA
+from .seed_twins import seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
 FAILED_STATUSES = ("crash", "timeout", "invalid")
@@ -27,14 +29,21 @@ FLAG_MEANINGS: dict[str, str] = {
     "timeout": "the job ran past its time limit and was killed",
     "invalid": "it returned NaN, or a batch of the wrong shape or type",
     "label_bug": "label evidence: its result changes on the class-permutation twin (same network, classes "
-                 "renamed), or it fails on every sample of one class while breaking the others",
-    "silent_failure": "it did not really run (no gradient, or about one query per sample)",
+                 "renamed) beyond its own seed noise, or it fails on every image of one class beyond what their "
+                 "difficulty explains, or in a targeted run its outputs reach a third class instead of the target",
+    "silent_failure": "it did not work: no backward pass, about one query per sample, or it broke none of the "
+                      "images the other implementations broke (its success rate is the clean error rate)",
     "budget_overrun": "it asked for more queries than the budget; the tracker refused the extra ones",
     "out_of_box": "it returned inputs outside the [0, 1] box",
+    "out_of_ball": "a fixed-ε attack returned points outside the ε-ball it was called with",
+    "eps_unused": "a fixed-ε attack failed while its outputs stayed far inside the ε-ball, where other "
+                  "implementations found adversarials within that ε: no ε makes it stronger",
+    "batch_dependence": "its result on an image changes when the image is attacked alone (the batch-split twin) "
+                        "beyond its own seed noise: it depends on the rest of the batch",
     "last_not_best": "it returned a worse point than the best adversarial it had already found",
     "nondeterminism": "two seeded runs of the same config disagree",
-    "optimality_gap": "it is significantly and materially weaker than the best implementation of its "
-                      "family on the same model",
+    "optimality_gap": "a sibling of its family is shown different from it and closer (beyond ±5% per image) on "
+                      "the same model: a weakness, which alone does not keep it out of a trust set",
     "shift_sensitivity": "its result changes when every logit is shifted by the same per-sample constant, "
                          "which no sound loss notices",
     "below_exact": "it claims a perturbation smaller than the proven exact minimum: a bug",
@@ -78,6 +87,12 @@ class Pair:
     dist_a: np.ndarray
     dist_b: np.ndarray
     models: np.ndarray                                    # model of each point
+    #: the image-by-image comparison (fidelity.align's pooled row): "different", "equivalent" or
+    #: "inconclusive"; the closer one when different; the Hodges–Lehmann per-image log(a / b)
+    answer: str = ""
+    better: str = ""
+    estimate: float = float("nan")
+    images_to_decide: float = float("nan")
 
     @property
     def gap(self) -> float:
@@ -108,6 +123,8 @@ class ReportData:
     colors: dict[tuple[str, str], int] = field(default_factory=dict)
     #: every pair of implementations of one family and norm (pooled over models), for evidence
     all_pairs: list[Pair] = field(default_factory=list)
+    #: the seed twins as the noise floor (``seed_twins.seed_twin_table``); None without ``~seed`` rows
+    seed_twins: pd.DataFrame | None = None
     _svgs: dict[str, object] = field(default_factory=dict, repr=False)
 
     def svg(self, key: str, render):
@@ -231,7 +248,9 @@ def _pairs_for_plots(pairs: pd.DataFrame, side: pd.DataFrame, dist: pd.DataFrame
         out.append(Pair(family, norm, (a, va), (b, vb), lib.get((a, va), ""), lib.get((b, vb), ""),
                         float(row["optimality_a"]), float(row["optimality_b"]), float(row["p_value"]),
                         float(row["effect_size"]), int(row["wins_a"]), int(row["wins_b"]),
-                        cat(da), cat(db), cat(ms) if ms else np.zeros(0, dtype=object)))
+                        cat(da), cat(db), cat(ms) if ms else np.zeros(0, dtype=object),
+                        str(row.get("answer", "") or ""), str(row.get("better", "") or ""),
+                        float(row.get("estimate", np.nan)), float(row.get("images_to_decide", np.nan))))
     return out
 
 
@@ -386,7 +405,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     keys = sorted(set(zip(board["implementation"], board["library_version"])) if len(board) else set())
     return ReportData(runs, table, manifests, summary, board, side, pairs, flags_df, rec, local, crashes,
                       _implementations(table), curves, families, gaps, exact, true_opt, notes,
-                      {k: i for i, k in enumerate(keys)}, all_pairs)
+                      {k: i for i, k in enumerate(keys)}, all_pairs, seed_twin_table(table, flags_df))
 
 
 def _gap_dict(p: Pair) -> dict:
@@ -394,4 +413,15 @@ def _gap_dict(p: Pair) -> dict:
     return {"family": p.family, "norm": p.norm, "better": better[0], "better_version": better[1],
             "worse": worse[0], "worse_version": worse[1], "gap": p.gap,
             "optimality_better": max(p.optimality_a, p.optimality_b),
-            "optimality_worse": min(p.optimality_a, p.optimality_b), "p_value": p.p_value}
+            "optimality_worse": min(p.optimality_a, p.optimality_b), "p_value": p.p_value,
+            "answer": pair_answer(p)}
+
+
+def pair_answer(p: Pair) -> str:
+    """The pair's image-by-image answer in a few words, names included."""
+    if p.answer == "different":
+        closer = p.a if p.better == p.a[0] else p.b
+        return f"different, {closer[0]} closer beyond ±{np.expm1(DELTA):.0%} per image"
+    if p.answer == "inconclusive" and np.isfinite(p.images_to_decide):
+        return f"inconclusive ({p.images_to_decide:.0f} images would decide)"
+    return p.answer

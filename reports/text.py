@@ -10,7 +10,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..fidelity.equivalence import DELTA
 from .tables import FLAG_MEANINGS, ReportData
+
+#: the margin δ of every comparison (fidelity/equivalence.py), as a relative size per image
+MARGIN = f"{math.expm1(DELTA):.0%}"
 
 
 # ------------------------------------------------------------------------------------ formats
@@ -58,6 +62,22 @@ def p_is(v: object) -> str:
     """"p = 0.003" or "p < 1e-4", for sentences."""
     text = f_p(v)
     return f"p {text[0]} {text[1:]}" if text.startswith("<") else f"p = {text}"
+
+
+def f_ratio(v: object) -> str:
+    """A per-image log ratio log(d_a / d_b) as a relative size of a against b: −0.105 → "10% closer"."""
+    f = _num(v)
+    if f is None or math.isnan(f):
+        return "—"
+    if f == 0:
+        return "same"
+    return f"{abs(math.expm1(f)):.0%} {'farther' if f > 0 else 'closer'}"
+
+
+def f_bool(v: object) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return ""
+    return "yes" if bool(v) else "no"
 
 
 def f_signed(v: object) -> str:
@@ -109,12 +129,16 @@ LEADERBOARD_COLS = [
 
 RECOMMEND_COLS = [
     Col("family", "family"), Col("norm", "norm"),
-    Col("trust", "trust", tip="clear: one implementation is significantly better than the other unflagged ones; "
-                              "tied: no significant difference among those listed (use any)"),
+    Col("trust", "trust", tip="clear: every other unflagged implementation is shown different and worse; tied: "
+                              "the listed ones are shown equivalent (use any); inconclusive: this run cannot tell, "
+                              "rerun with the images named; only implementation: the sole unflagged one, with how it "
+                              "stands against the best attack of its norm; none: every one flagged"),
     Col("global ξ of the top pick", "optimality", f_opt, True),
-    Col("95% interval", "ci", tip="bootstrap over samples within models"),
+    Col("95% interval", "ci", tip="bootstrap over images (an image's rows on every model together)"),
     Col("top pick best in", "top_share", f_pct, True, "share of bootstrap resamples in which the top pick has the best ξ"),
     Col("top pick in set", "top_in_set", f_pct, True, "share of resamples whose trust set still contains the top pick"),
+    Col("images to decide", "images_to_decide", f_count, True,
+        "inconclusive: the number of images at which the real test would decide (rerun with --samples N)"),
     Col("queries / sample", "queries", f_count, True), Col("choice among", "candidates", f_count, True),
     Col("flagged", "flagged", f_count, True), Col("what to do", "summary"), Col("note", "note"),
 ]
@@ -130,16 +154,36 @@ SIDE_COLS = [
 PAIR_COLS = [
     Col("model", "model"), Col("A", "implementation_a"), Col("B", "implementation_b"),
     Col("ξ A", "optimality_a", f_opt, True), Col("ξ B", "optimality_b", f_opt, True),
-    Col("samples", "n_samples", f_count, True, "samples that needed an attack"),
-    Col("A smaller", "wins_a", f_count, True, "samples where A found the smaller perturbation"),
+    Col("images", "n_samples", f_count, True, "images that needed an attack (an image on several models is one)"),
+    Col("A smaller", "wins_a", f_count, True, "images where A found the smaller perturbation (shown, never used for "
+                                             "direction)"),
     Col("B smaller", "wins_b", f_count, True), Col("ties", "ties", f_count, True),
-    Col("Wilcoxon p", "p_value", f_p, True, "two-sided paired signed-rank test"),
-    Col("Holm p", "p_adjusted", f_p, True, "adjusted over the pairs of this family, norm and model"),
+    Col("A vs B per image", "estimate", f_ratio, True, "Hodges–Lehmann estimate of the per-image ratio of A's distance "
+                                                       "to B's: its sign says which one is closer"),
+    Col("p (different)", "p_adjusted", f_p, True, "signed-rank test that the per-image difference lies beyond ±5%, "
+                                                  "Holm-adjusted over the pairs of this family, norm and model"),
+    Col("p (equivalent)", "p_equivalent_adjusted", f_p, True, "two one-sided tests that it lies inside ±5%, Holm-adjusted"),
+    Col("answer", "answer", tip="different: significant and beyond ±5% per image; equivalent: shown inside ±5%; "
+                                "inconclusive: neither, this run cannot tell"),
+    Col("images to decide", "images_to_decide", f_count, True, "inconclusive: images at which the test would decide"),
     Col("effect", "effect_size", f_signed, True, "rank-biserial correlation: +1 A always smaller, −1 B always smaller"),
-    Col("median A−B", "median_difference", f_dist, True, "over samples both broke"),
-    Col("verdict", "verdict", tip="better: finds smaller perturbations on significantly more samples "
-                                  "(Holm-adjusted p < 0.05), the same rule as trust sets, flags and audits"),
+    Col("median A−B", "median_difference", f_dist, True, "over images both broke"),
+    Col("verdict", "verdict", tip="the answer in words: which one is closer when different (the sign of the "
+                                  "estimate, the one direction rule of trust sets, flags and audits)"),
 ]
+
+SEED_COLS = [
+    Col("model", "model"), Col("norm", "norm"), Col("implementation", "implementation"),
+    Col("version", "library_version"), Col("images", "n", f_count, True),
+    Col("images that differ", "n_differ", f_count, True, "success differs, or distances differ by more than 1%"),
+    Col("largest relative difference", "largest_relative_difference", f_pct, True),
+    Col("vs its own model", "answer", tip="the image-by-image test of the seed twin against its model: never "
+                                          "'different' for a sound attack"),
+    Col("flags on the seed twin", "flags"),
+]
+EXPLAIN_SEED = ("The seed twin (MODEL~seed) runs the randomised attacks again with another seed: the attack's own noise. "
+                "The perm, shift and split twins are judged against it, so a seed twin must never be flagged or "
+                "separated from its model.")
 
 FLAG_COLS = [
     Col("flag", "flag"), Col("implementation", "implementation"), Col("version", "library_version"),
@@ -191,13 +235,25 @@ def pair_rows(pairs: pd.DataFrame) -> pd.DataFrame:
     p["_pooled"] = p["model"] != "*"
     p = p.sort_values(["_pooled", "implementation_a", "implementation_b", "model"], kind="stable").drop(columns="_pooled")
 
-    def verdict(r) -> str:
-        if r.better:
-            return "A better" if r.better == r.implementation_a else "B better"
-        return "no significant difference"
-    p["verdict"] = [verdict(r) for r in p.itertuples(index=False)]
+    p["verdict"] = [pair_verdict(r) for r in p.to_dict(orient="records")]
     p["model"] = p["model"].map(lambda m: "all models" if m == "*" else m)
     return p
+
+
+def pair_verdict(r: dict) -> str:
+    """A pair row's answer in words ("A closer (different beyond ±5%)", "equivalent within ±5%",
+    "inconclusive: 40 images would decide")."""
+    word = str(r.get("answer") or "")
+    if word == "different":
+        who = "A" if r.get("better") == r.get("implementation_a") else "B"
+        return f"{who} closer (different beyond ±{MARGIN})"
+    if word == "equivalent":
+        return f"equivalent within ±{MARGIN}"
+    need = _num(r.get("images_to_decide"))
+    if word == "inconclusive":
+        return "inconclusive" + (f": {need:.0f} images would decide" if need is not None and math.isfinite(need)
+                                 else ": more images would not decide it")
+    return word
 
 
 # ------------------------------------------------------------------------------------ sentences
@@ -244,7 +300,7 @@ def findings(data: ReportData) -> list[str]:
         out.append(f"Largest cross-library gap: {gap['family']} under {gap['norm']} — "
                    f"{_impl(gap['better'], gap['better_version'])} reaches ξ = {gap['optimality_better']:.3f}, "
                    f"{_impl(gap['worse'], gap['worse_version'])} only {gap['optimality_worse']:.3f} "
-                   f"(gap {gap['gap']:.3f}, paired Wilcoxon {p_is(gap['p_value'])}).")
+                   f"(gap {gap['gap']:.3f}; image by image: {gap.get('answer') or 'not compared'}).")
     else:
         out.append("No attack family ran in two or more libraries, so there is no cross-library comparison; "
                    "add libraries to the run (--libraries) to compare implementations across them.")
@@ -268,20 +324,57 @@ def findings(data: ReportData) -> list[str]:
 
 
 
+def _best_of_norm(data: ReportData) -> dict[str, tuple[str, float]]:
+    """norm -> (implementation, global ξ) of the best attack of that norm in the leaderboard."""
+    board = data.leaderboard
+    if board.empty:
+        return {}
+    best = board.assign(_o=board["optimality"].astype(float).fillna(-1.0)) \
+        .sort_values(["norm", "_o", "implementation"], ascending=[True, False, True]).drop_duplicates("norm")
+    flagged = set(zip(data.flags["implementation"].astype(str), data.flags["norm"].astype(str))) if len(data.flags) \
+        else set()
+    # a flagged best is still the best measured; the reader is told it is flagged
+    return {str(b.norm): (str(b.implementation) + (" (flagged)" if (b.implementation, b.norm) in flagged else ""),
+                          float(b.optimality)) for b in best.itertuples(index=False)}
+
+
+def trust_text(row: dict, best_of_norm: dict[str, tuple[str, float]]) -> str:
+    """The trust cell of one ``fidelity.recommend`` row: "clear: A", "tied: A, B", "inconclusive:
+    A, B; rerun with --samples N", "only implementation: A (ξ …; best of the norm: B, ξ …)" or
+    "none: every one flagged (best: A)"."""
+    verdict = str(row.get("verdict") or "")
+    names = ", ".join(m["implementation"] for m in row.get("trust_set") or [] if isinstance(m, dict))
+    if verdict in ("clear", "tied"):
+        return f"{verdict}: {names}"
+    if verdict == "inconclusive":
+        need = _num(row.get("images_to_decide"))
+        rerun = (f"rerun with --samples {need:.0f}" if need is not None and math.isfinite(need)
+                 else "more images would not decide it")
+        return f"inconclusive: {names}; {rerun}"
+    if verdict == "only implementation":
+        xi = _num(row.get("optimality"))
+        best, best_xi = best_of_norm.get(str(row.get("norm")), ("", math.nan))
+        if not best or best == row.get("implementation"):
+            standing = f"ξ {f_opt(xi)}, the best attack of {row.get('norm')} here"
+        else:
+            standing = f"ξ {f_opt(xi)}; the best attack of {row.get('norm')} here: {best}, ξ {f_opt(best_xi)}"
+        return f"only implementation: {names or row.get('implementation')} ({standing})"
+    return f"none: every one flagged (best: {row.get('implementation')})"
+
+
 def recommendation_rows(data: ReportData) -> pd.DataFrame:
-    """``data.recommend`` with the display columns ``trust`` ("clear: A", "tied: A, B", "none"),
-    ``ci`` (the top pick's interval) and ``note`` (flagged ones left out, weakness notes)."""
+    """``data.recommend`` with the display columns ``trust`` (``trust_text``), ``ci`` (the top
+    pick's interval) and ``note`` (flagged ones left out, label notes, weakness notes)."""
     r = data.recommend.copy()
     if r.empty:
         return r
-    r["trust"] = [f"{v}: " + ", ".join(m["implementation"] for m in ts) if v in ("clear", "tied") else
-                  f"none (best: {name}, flagged)" for v, ts, name in zip(r["verdict"], r["trust_set"], r["implementation"])]
+    best = _best_of_norm(data)
+    r["trust"] = [trust_text(row, best) for row in r.to_dict(orient="records")]
     r["ci"] = ["—" if not isinstance(ci, (list, tuple)) or not all(np.isfinite(ci)) else f"{ci[0]:.3f}–{ci[1]:.3f}"
                for ci in r["optimality_ci"]]
-    # an untrusted row's note is its "what to do" already
-    r["note"] = ["; ".join([x for x in [("" if v == "untrusted" else note) or ("only implementation" if n == 1 else "")]
-                            if x] + list(weak))
-                 for note, n, weak, v in zip(r["note"], r["candidates"], r["weak"], r["verdict"])]
+    # a "none" row's note is its "what to do" (the summary) already
+    r["note"] = ["; ".join([x for x in ["" if v == "none" else note] if x] + list(weak))
+                 for note, weak, v in zip(r["note"], r["weak"], r["verdict"])]
     # families with a real choice first, then alphabetical
     r["_single"] = r["candidates"] <= 1
     return r.sort_values(["_single", "family", "norm"], kind="stable").drop(columns="_single")
@@ -299,12 +392,14 @@ def family_sentence(fam: dict) -> str:
 
 def pair_sentence(pair) -> str:
     a, b = _impl(*pair.a), _impl(*pair.b)
-    n = pair.wins_a + pair.wins_b
-    lead = (f"{a} found the smaller perturbation on {pair.wins_a} and {b} on {pair.wins_b} of the {len(pair.dist_a)} "
-            f"samples that needed an attack" + (" (the rest tie)" if len(pair.dist_a) > n else ""))
+    lead = f"{a} found the smaller perturbation on {pair.wins_a} images and {b} on {pair.wins_b}"
+    answer = pair_verdict({"answer": pair.answer, "better": pair.better, "implementation_a": pair.a[0],
+                           "images_to_decide": pair.images_to_decide}).replace("A closer", f"{a} closer") \
+        .replace("B closer", f"{b} closer")
+    per_image = (f"; per image {a} is {f_ratio(pair.estimate)} (Hodges–Lehmann): {answer}" if answer else "")
     return (f"The two implementations that differ most: {a} (x axis, ξ = {pair.optimality_a:.3f}) against {b} "
-            f"(y axis, ξ = {pair.optimality_b:.3f}). {lead}; Wilcoxon {p_is(pair.p_value)}. Points above the "
-            f"diagonal are samples where {a} did better; points on the dotted red lines are failures.")
+            f"(y axis, ξ = {pair.optimality_b:.3f}). {lead}{per_image}. One point per (model, image); points above "
+            f"the diagonal are images where {a} did better; points on the dotted red lines are failures.")
 
 
 def curve_caption(curve) -> str:
@@ -325,15 +420,20 @@ EXPLAIN_SUMMARY = ("How to read this report: every implementation attacked the s
                    "sample the smallest perturbation that any implementation found forms the envelope; an "
                    "implementation's optimality ξ measures how close its robust-accuracy curve comes to the "
                    "envelope's (1 = as good as the best of all, 0 = never succeeded).")
-EXPLAIN_RECOMMEND = ("For each attack family and norm, the trust set: the unflagged implementation with the highest "
-                     "global optimality (the top pick; within 0.001 the cheaper one), and every other unflagged one "
-                     "that is not significantly worse in a paired test on the per-sample distances over all models "
-                     "(Wilcoxon, Holm-adjusted, p < 0.05). \"clear\" names one implementation; \"tied\" lists "
-                     "several that this run cannot tell apart: use any of them. The interval is a bootstrap 95% "
-                     "interval of the top pick's ξ (samples resampled within models); the two shares say how often "
-                     "the top pick stays the best and stays in the set when the samples are resampled. An "
-                     "implementation of a family AttackBench publishes as strong that falls far below it and below "
-                     "the best attack of its norm is flagged (below_expected_strength) and never trusted.")
+EXPLAIN_RECOMMEND = ("For each attack family and norm, the trust set. Candidates are the implementations without a "
+                     "defect flag (optimality_gap, a weakness, does not remove one). Every two candidates are compared "
+                     "image by image (an image's results on all models are one block): a candidate is out when another "
+                     "is shown different from it and closer, beyond ±" + MARGIN + " per image (Holm over every pair). "
+                     "The top pick is the remaining one with the highest global ξ (within 0.001 the cheaper one). "
+                     "\"clear\": every other candidate is different and worse; \"tied\": the others left are shown "
+                     "equivalent to the top pick (inside ±" + MARGIN + "): use any; \"inconclusive\": this run can show "
+                     "neither, and names the number of images that would decide (rerun with --samples N); \"only "
+                     "implementation\": one candidate, with how it stands against the best attack of its norm; "
+                     "\"none\": every implementation is flagged. The interval is a bootstrap 95% interval of the top "
+                     "pick's ξ over images; the two shares say how often the top pick stays the pick and stays in the "
+                     "set when the images are resampled. An implementation of a family AttackBench publishes as strong "
+                     "that falls far below it and below the best attack of its norm is flagged "
+                     "(below_expected_strength) and never trusted.")
 EXPLAIN_LEADERBOARD = ("One row per implementation: global ξ is the mean of the local optimality over the models "
                        "(worst-model ξ the lowest of them); the AttackBench column is the variant published by "
                        "AttackBench, shown only to compare with its public leaderboard (it rewards failures, so "
@@ -342,11 +442,15 @@ EXPLAIN_LEADERBOARD = ("One row per implementation: global ξ is the mean of the
 EXPLAIN_CURVES = ("One plot per model and norm. A curve that stays above the envelope means the implementation "
                   "missed adversarial examples others found at that ε.")
 EXPLAIN_ALIGNMENT = ("Families that more than one implementation ran, side by side. The paired test compares two "
-                     "implementations sample by sample (Wilcoxon signed-rank on the distances; a failure counts as "
-                     "the largest distance): a small p means the gap is not chance, the effect size says how "
-                     "consistently one side wins.")
+                     "implementations image by image (the log ratio of their distances, an image on several models "
+                     "averaged into one value; a failure counts beyond every finite ratio) and gives one of three "
+                     "answers: different (significant and beyond ±" + MARGIN + " per image), equivalent (shown inside "
+                     "±" + MARGIN + "), or inconclusive, with the number of images that would decide. The per-image "
+                     "estimate says which one is closer; win counts are shown, never used for direction.")
 EXPLAIN_FLAGS = ("Each flag is a finding about one implementation on one model and norm, with the evidence that "
-                 "triggered it. A flagged implementation is never recommended while a clean one exists.")
+                 "triggered it. Every flag but optimality_gap (a weakness) marks a defect: such an implementation is "
+                 "never trusted. The rules that are tests control their error rate across the report "
+                 "(Benjamini–Hochberg); twin-based flags are judged against the attack's own seed noise.")
 EXPLAIN_CRASHES = ("Jobs that crashed, timed out or returned invalid output, with the one-line cause (the full "
                    "traceback is in the run's logs/). What the tracker saw before a crash still counts.")
 EXPLAIN_EVIDENCE = ("What each answer above rests on: the trusted implementations' robustness curves against the "
@@ -373,21 +477,29 @@ DIFF_COLS = [
     Col("version A", "version_a"), Col("version B", "version_b"),
     Col("ξ A", "optimality_a", f_opt, True), Col("ξ B", "optimality_b", f_opt, True),
     Col("Δξ", "delta_optimality", f_signed, True), Col("ASR A", "asr_a", f_pct, True), Col("ASR B", "asr_b", f_pct, True),
-    Col("B better", "n_better", f_count, True, "samples where run B found the smaller perturbation"),
-    Col("B worse", "n_worse", f_count, True), Col("Wilcoxon p", "p_value", f_p, True),
-    Col("Holm p", "p_adjusted", f_p, True, "adjusted over every implementation of the audit"),
+    Col("identical", "identical", f_bool, tip="the same result and status on every image of every shared model: "
+                                              "unchanged, whatever else moved"),
+    Col("B better", "n_better", f_count, True, "images where run B found the smaller perturbation"),
+    Col("B worse", "n_worse", f_count, True),
+    Col("B vs A per image", "estimate", f_ratio, True, "Hodges–Lehmann estimate of the per-image ratio new/old on "
+                                                       "the images that ran in both"),
+    Col("answer", "answer", tip="different: beyond ±" + MARGIN + " per image; equivalent: shown inside it; "
+                                "inconclusive: neither; identical: the rows did not change"),
+    Col("p (different)", "p_adjusted", f_p, True, "Holm-adjusted over the implementations whose rows changed"),
+    Col("images to decide", "images_to_decide", f_count, True),
     Col("score", "score", f_count, True, "+ improved, − regressed (fidelity/README.md, Diff)"),
     Col("flags appeared", "flags_appeared"), Col("flags gone", "flags_disappeared"),
     Col("verdict", "verdict"), Col("reason", "reason"),
 ]
 
-EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs), measured against one joint "
-                "envelope so that a change in one implementation does not move the others' yardstick. The verdict "
-                "weighs all the evidence: a significant paired change (Holm-adjusted over the audit) with a "
-                "material change in ξ or ASR counts 2 (3 when ξ moved by 0.1 or more), each flag that disappeared "
-                "or appeared counts by severity (3: wrong or missing results, 2: suspect objective or strength, "
-                "1: inefficiency); positive is improved, negative regressed, evidence both ways that cancels is "
-                "mixed.")
+EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs). Each implementation's verdict "
+                "rests on its own per-image results in the two runs: identical rows are unchanged whatever its "
+                "siblings or the envelope did; otherwise the per-image ratio new/old on the images that ran in both "
+                "is different (beyond ±" + MARGIN + ", Holm over the implementations whose rows changed), equivalent "
+                "or inconclusive. A difference counts 2 (3 when ξ moved by 0.1 or more), each own-result flag that "
+                "disappeared or appeared counts by severity (3: wrong or missing results, 2: a suspect objective, "
+                "step rule or batch dependence, 1: inefficiency); positive is improved, negative regressed, material "
+                "evidence both ways is mixed. ξ and ASR are shown against one joint envelope.")
 
 
 DIFF_EVIDENCE_COLS = [c for c in DIFF_COLS if c.key not in ("implementation", "norm", "verdict", "reason")]
