@@ -5,7 +5,7 @@ to the ε-ball and the box) and ignores the library's success flag. Targets go i
 ``TargetedMisclassification`` criterion. Minimum-norm attacks take ``epsilons=None``; fixed-ε
 attacks a scalar ε (the minimal-ε search groups samples by ε). Iteration counts mirror the
 adv-lib adapter where the family exists there, so implementations are compared at equal steps.
-A class this release lacks (FMN before 3.3.0) is not in its catalogue; hyperparameters go through
+A class this release lacks (FMN before 3.3.2) is not in its catalogue; hyperparameters go through
 ``release.bridge_keywords`` (``unsupported`` rows when a release cannot take one).
 """
 from __future__ import annotations
