@@ -183,7 +183,7 @@ def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: fl
     rel = "; ".join(_tie_text(top["implementation"], m) for m in members[1:])
     if verdict == "tied":
         return f"tied: {names}; use any of them. {rel}. {stable}"
-    need = max(m["images_to_decide"] for m in members[1:])
+    need = max(m["images_to_decide"] for m in members[1:] if m["answer"] != "equivalent")
     rerun = f"rerun with --samples {int(need)}" if np.isfinite(need) else "more images would not decide it"
     return f"inconclusive: {names}; {rerun}. {rel}. {stable}"
 

@@ -123,6 +123,19 @@ def test_absence_of_evidence_is_inconclusive_and_the_projected_size_decides():
     assert _rec(big).verdict == "clear"
 
 
+def test_an_equivalent_and_an_inconclusive_member_together():
+    """a/x, an equivalent copy c/z (0.1% farther) and b/y failing 5 of 16 images: the set is
+    inconclusive, and the rerun it asks for is b/y's, not the equivalent member's (which has none)."""
+    base = np.random.default_rng(1).uniform(0.1, 0.5, 16)
+    fails = np.where(np.arange(16) < 5, np.inf, base)
+    t = table(job_rows("m", "a/x", "l2", base, family="f"), job_rows("m", "b/y", "l2", fails, family="f"),
+              job_rows("m", "c/z", "l2", base * 1.001, family="f"))
+    rec = _rec(t)
+    answers = {m["implementation"]: m["answer"] for m in rec.trust_set[1:]}
+    assert rec.verdict == "inconclusive" and answers == {"c/z": "equivalent", "b/y": "inconclusive"}
+    assert f"rerun with --samples {int(rec.images_to_decide)}" in rec.summary
+
+
 def test_one_direction_rule_the_effect_not_the_win_count():
     """1% closer on 26 of 50 images and 3× farther on 24: the other implementation is better,
     in the alignment, the trust set and the words alike."""
