@@ -2,10 +2,11 @@
 defects of known size, at 16, 64 and 256 images on 1 and 3 models (fidelity/README.md,
 "Calibration"). Every rule runs through the project's own code (fidelity/).
 
-    .venv/bin/python benchmarks/calibration.py [--reps R] [--images 16 64 256] [--models 1 3] [RUN_DIR]
+    .venv/bin/python benchmarks/calibration.py [--reps R] [--images 16 64 256] [--models 1 3] [--rules R ...] [RUN_DIR]
 
 The default (20 repetitions per cell) takes a few minutes; the table in fidelity/README.md used
-``--reps 100`` (34 min on the shared 2-core machine).
+``--reps 100`` for the verdicts and the older flag rules (34 min on the shared 2-core machine) and
+``--reps 200`` for the defect rules (about 4 min of CPU: they are cheap).
 
 Per-image distances are synthesised (``fidelity.synthetic``: one difficulty per image shared by
 every model, per-model scale, 10% clean errors), or, with RUN_DIR, resampled from a real run: the
@@ -21,6 +22,22 @@ verdict is the power):
 | ``far20`` | defect | an attack 20% farther on every image than a sound sibling; for "tied" a false tie |
 | ``perm40`` | defect | the class-permuted twin moves 40% of the images by 30% |
 | ``class`` | defect | fails every image of one class, sound elsewhere |
+
+The defect rules of fidelity/defects.py, on fixed-ε attacks whose minimal-ε search recorded
+``CALLS_PER_IMAGE`` calls per image (the ``ball_*`` / ``eps_fail_*`` columns) and on targeted runs:
+
+| scenario | kind | what |
+|---|---|---|
+| ``inside`` | null | out_of_ball: a sound attack whose rows stay inside the ball up to float noise (ratio ≤ 1 + 4e-7, as measured) |
+| ``out10`` | defect | out_of_ball: 10% of its calls return a row at 1.05–2 ε |
+| ``weak`` | null | eps_unused: a correct attack failing the 15% hardest images, its failed rows at 0.47–1.0 of ε (the measured range of sound built-ins) |
+| ``unused`` | defect | eps_unused: fails the 30% hardest images with failed rows at 0.005–0.03 of ε (ART's L1 FGM/PGD) |
+| ``aa`` | null | batch_dependence: a deterministic attack whose split twin differs by float noise (≤ 1e-6) |
+| ``seeds`` | null | batch_dependence: a randomised attack; base, split and seed twins are three independent seeds |
+| ``ead`` | defect | batch_dependence: deterministic, the split twin 3–5% farther on 35% of the images (foolbox EAD measured 3 of 8) |
+| ``rand40`` | defect | batch_dependence: randomised, the split twin 30% farther on 40% of the images, beside its seed twin |
+| ``weak`` | null | label_bug (targets ignored): a correct targeted attack failing the 15% hardest images, where 30% of its failed outputs land in a third class |
+| ``ignore`` | defect | label_bug (targets ignored): goes for the nearest wrong class, which is the target on one image in nine |
 """
 from __future__ import annotations
 
@@ -34,12 +51,14 @@ import pandas as pd
 
 from attackaudit.fidelity import diff
 from attackaudit.fidelity.class_failure import judge_table as judge_classes
+from attackaudit.fidelity.defects import batch_dependence, eps_unused, out_of_ball, targets_ignored
 from attackaudit.fidelity.equivalence import ImageBlocks, answer, compare, log_ratios, per_image
 from attackaudit.fidelity.recommend import trust_tests
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.fidelity.synthetic import (SEED_NOISE, attack_distances, table_from_arrays,
                                             true_distances)
 from attackaudit.fidelity.twins import judge as judge_twins
+from attackaudit.fidelity._table import prepare
 
 EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
 
@@ -102,8 +121,77 @@ def _class_bug(truth: np.ndarray, attack: np.ndarray, labels: np.ndarray, models
     return bool(j["flagged"].any())
 
 
+# ------------------------------------------------------------------ the defect rules (defects.py)
+#: calls of the minimal-ε search per image of a fixed-ε attack (doubling, then bisecting to 1/64)
+CALLS_PER_IMAGE = 8
+
+
+def _fixed(dists: dict[str, np.ndarray], models: list[str], recorded: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A prepared table of fixed-ε attacks; ``recorded``: the minimal-ε search's columns of
+    ``x/a``, each (M, n) (model-major like the rows)."""
+    t = table_from_arrays(dists, models).assign(kind="fixed")
+    mine = (t["implementation"] == "x/a").to_numpy()
+    for col, v in recorded.items():
+        t.loc[mine, col] = np.asarray(v, dtype=float).reshape(-1)
+    return prepare(t)
+
+
+def _out_of_ball(rng: np.random.Generator, sound: np.ndarray, models: list[str], share: float) -> bool:
+    """out_of_ball fires on an attack that returns a row outside the ball on ``share`` of its
+    calls (0: rows inside up to the measured float noise)."""
+    out = rng.binomial(CALLS_PER_IMAGE, share, sound.shape)
+    worst = np.where(out > 0, rng.uniform(1.05, 2.0, sound.shape), 1.0 + rng.uniform(0, 4e-7, sound.shape))
+    t = _fixed({"x/a": sound}, models, {"ball_calls": np.full(sound.shape, CALLS_PER_IMAGE), "ball_out": out,
+                                        "ball_worst_ratio": worst, "ball_worst_eps": np.ones(sound.shape)})
+    return bool(out_of_ball(t))
+
+
+def _eps_unused(rng: np.random.Generator, truth: np.ndarray, models: list[str], fail_rate: float,
+                moved: tuple[float, float]) -> bool:
+    """eps_unused fires on an attack failing the ``fail_rate`` hardest images, beside a sound
+    sibling, whose failed rows moved ``moved`` (low, high) of the largest ε it tried (2–8× d*)."""
+    attack = attack_distances(rng, truth, fail_rate=fail_rate)
+    failed = ~np.isfinite(attack)
+    eps = np.where(failed, truth * 2.0 ** rng.integers(1, 4, truth.shape), np.nan)
+    t = _fixed({"x/sound": truth, "x/a": attack}, models,
+               {"eps_fail_max": eps, "eps_fail_ratio": np.where(failed, rng.uniform(*moved, truth.shape), np.nan)})
+    return bool(eps_unused(t))
+
+
+def _batch(base: np.ndarray, split: np.ndarray, seed: np.ndarray | None, models: list[str]) -> bool:
+    """batch_dependence fires on the split twin of ``base`` (judged against ``seed``'s twin when given)."""
+    dists = {"x/a": np.vstack([base, split] + ([seed] if seed is not None else []))}
+    names = models + [f"{m}~split" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
+    return bool(batch_dependence(prepare(table_from_arrays(dists, names))))
+
+
+def _targets(rng: np.random.Generator, truth: np.ndarray, models: list[str], ignores: bool) -> bool:
+    """label_bug (targets ignored) fires in a targeted run beside a sound sibling: an attack that
+    ``ignores`` the target (it reaches the nearest wrong class, the target on one image in nine),
+    or a correct one failing the 15% hardest images, 30% of those outputs in a third class."""
+    m, n = truth.shape
+    labels = rng.integers(0, 10, n)
+    target = (labels + rng.integers(1, 10, n)) % 10
+    third = rng.integers(0, 8, n)  # one of the 8 classes that are neither label nor target
+    lo, hi = np.minimum(labels, target), np.maximum(labels, target)
+    third = third + (third >= lo)
+    third = third + (third >= hi)
+    if ignores:
+        lands_on_target = rng.random(n) < 1 / 9
+        attack = np.where(lands_on_target, truth, np.inf)
+        cls = np.where(lands_on_target, target, third)
+    else:
+        attack = attack_distances(rng, truth, fail_rate=0.15)
+        cls = np.where(np.isfinite(attack), target, np.where(rng.random((m, n)) < 0.3, third, labels))
+    t = table_from_arrays({"x/sound": truth, "x/a": attack}, models, labels=labels).assign(
+        targeted=True, target=np.tile(target, 2 * m))
+    t["returned_class"] = np.concatenate([np.tile(target, m), np.broadcast_to(cls, (m, n)).reshape(-1)])
+    return bool(targets_ignored(prepare(t)))
+
+
 def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] | None = None) -> dict[str, bool]:
-    """Every rule × scenario once (or those named in ``only``): True where the rule fired."""
+    """Every rule × scenario once (or those named in ``only``: "rule | scenario" keys or rule
+    names): True where the rule fired."""
     models = [f"m{i}" for i in range(m)]
     truth = truth_of(rng, n, m)
     sound = attack_distances(rng, truth)
@@ -129,15 +217,28 @@ def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] |
         "label_bug (perm twin) | perm40": lambda: _perm(seeds[0], moved, seeds[1], models),
         "label_bug (class) | weak": lambda: _class_bug(sound, weak, labels, models),
         "label_bug (class) | class": lambda: _class_bug(sound, dead, labels, models),
+        "out_of_ball | inside": lambda: _out_of_ball(rng, sound, models, 0.0),
+        "out_of_ball | out10": lambda: _out_of_ball(rng, sound, models, 0.10),
+        "eps_unused | weak": lambda: _eps_unused(rng, truth, models, 0.15, (0.47, 1.0)),
+        "eps_unused | unused": lambda: _eps_unused(rng, truth, models, 0.30, (0.005, 0.03)),
+        "batch_dependence | aa": lambda: _batch(sound, sound * (1 + rng.uniform(-1e-6, 1e-6, sound.shape)), None,
+                                                models),
+        "batch_dependence | seeds": lambda: _batch(seeds[0], seeds[1], seeds[2], models),
+        "batch_dependence | ead": lambda: _batch(sound, sound * np.where(rng.random(n) < 0.35,
+                                                                         rng.uniform(1.03, 1.05, n), 1.0), None, models),
+        "batch_dependence | rand40": lambda: _batch(seeds[0], seeds[1] * np.where(rng.random(n) < 0.4, 1.3, 1.0),
+                                                    seeds[2], models),
+        "label_bug (targets ignored) | weak": lambda: _targets(rng, truth, models, ignores=False),
+        "label_bug (targets ignored) | ignore": lambda: _targets(rng, truth, models, ignores=True),
     }
-    return {k: f() for k, f in checks.items() if only is None or k in only}
+    return {k: f() for k, f in checks.items() if only is None or k in only or k.split(" | ")[0] in only}
 
 
 def calibrate(reps: int, images: list[int], n_models: list[int], run_dir: str | None = None,
               seed: int = 0, only: set[str] | None = None) -> pd.DataFrame:
     """One row per (rule | scenario, images, models): the share of ``reps`` repetitions where it
     fired (the false-positive rate under a null, the power on a defect). ``only``: the
-    "rule | scenario" keys to run (all by default)."""
+    "rule | scenario" keys or the rule names to run (all by default)."""
     truth_of = _truth_sampler(run_dir)
     rows = []
     for n in images:
@@ -153,7 +254,9 @@ def calibrate(reps: int, images: list[int], n_models: list[int], run_dir: str | 
 
 #: (rule, scenario) pairs that measure power (the verdict is right); every other one is a null
 POWER = frozenset({("trust exclusion", "far20"), ("tied (equivalence)", "seeds"), ("optimality_gap", "far20"),
-                   ("audit regressed", "far20"), ("label_bug (perm twin)", "perm40"), ("label_bug (class)", "class")})
+                   ("audit regressed", "far20"), ("label_bug (perm twin)", "perm40"), ("label_bug (class)", "class"),
+                   ("out_of_ball", "out10"), ("eps_unused", "unused"), ("batch_dependence", "ead"),
+                   ("batch_dependence", "rand40"), ("label_bug (targets ignored)", "ignore")})
 
 
 def as_table(res: pd.DataFrame) -> str:
@@ -174,12 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--images", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--models", type=int, nargs="+", default=[1, 3])
+    ap.add_argument("--rules", nargs="+", help='only these rules (e.g. out_of_ball "label_bug (targets ignored)")')
     args = ap.parse_args(argv)
     if args.run_dir and not Path(args.run_dir).is_dir():
         print(f"calibration: {args.run_dir} is not a run directory", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    res = calibrate(args.reps, args.images, args.models, args.run_dir)
+    res = calibrate(args.reps, args.images, args.models, args.run_dir, only=set(args.rules) if args.rules else None)
     print(as_table(res))
     print(f"\n{args.reps} repetitions per cell, α = {ALPHA}; {time.perf_counter() - start:.0f} s")
     return 0
