@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from .curves import as_distances
-from .stats import tie_correction
+from .stats import adjust_sorted, tie_correction
 
 #: the equivalence margin on the log-ratio scale: 5% relative. The minimal-ε search stops at
 #: 1/64 ≈ 1.6% relative precision (harness/minimal.py ``RELATIVE_PRECISION``), so two sound
@@ -235,16 +235,9 @@ def images_to_decide(x: np.ndarray, alpha: float, delta: float = DELTA) -> float
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (q-values) of (k,) p-values, same order; NaN stays NaN
     and does not count. Reject at false-discovery rate q iff the adjusted value is below q."""
-    p = np.asarray(p_values, dtype=float)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    if ok.size == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    k = order.size
-    scaled = p[order] * k / np.arange(1, k + 1)
-    out[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
-    return out
+    def step(p: np.ndarray, k: int) -> np.ndarray:
+        return np.minimum(1.0, np.minimum.accumulate((p * k / np.arange(1, k + 1))[::-1])[::-1])
+    return adjust_sorted(p_values, step)
 
 
 def distances_compare(a: np.ndarray, b: np.ndarray, delta: float = DELTA) -> dict[str, float]:

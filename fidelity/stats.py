@@ -114,15 +114,20 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
 
     Reject hypothesis i at family-wise level α iff ``holm(p)[i] < α``. NaN stays NaN and does
     not count towards k."""
+    return adjust_sorted(p_values, lambda p, k: np.maximum.accumulate(np.minimum(1.0, (k - np.arange(k)) * p)))
+
+
+def adjust_sorted(p_values: np.ndarray | list[float], step) -> np.ndarray:
+    """A multiplicity adjustment of (k,) p-values, same order: ``step(p_sorted, k)`` maps the k
+    finite p-values sorted ascending (stable) to their adjusted values; NaN stays NaN and does
+    not count towards k. Shared by ``holm`` and ``equivalence.benjamini_hochberg``."""
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))
     if ok.size == 0:
         return out
     order = ok[np.argsort(p[ok], kind="stable")]
-    k = order.size
-    adjusted = np.maximum.accumulate(np.minimum(1.0, (k - np.arange(k)) * p[order]))
-    out[order] = adjusted
+    out[order] = step(p[order], order.size)
     return out
 
 
