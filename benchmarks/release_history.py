@@ -60,7 +60,7 @@ def step_table(sides: list, alpha: float, min_delta: float) -> pd.DataFrame:
     """``fidelity.diff`` of each consecutive pair of prepared releases."""
     steps = []
     for a, b in zip(sides, sides[1:]):
-        diff, _ = compare_sides(a, b, alpha=alpha, min_delta=min_delta)
+        diff, _, _ = compare_sides(a, b, alpha=alpha, min_delta=min_delta)
         steps.append(diff.assign(step=f"{a.version} -> {b.version}"))
     cols = ["step", "implementation", "norm", "verdict", "reason", "optimality_a", "optimality_b", "asr_a", "asr_b",
             "n_better", "n_worse", "p_value"]

@@ -169,7 +169,7 @@ def _same_results(rows_a: pd.DataFrame, rows_b: pd.DataFrame, models: list[str])
 
 
 def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appeared: set[str], gone: set[str],
-          n_ran: int, n_rows: int, need: float) -> tuple[str, str, int]:
+          n_ran: int, n_rows: int, need: float, delta: float = DELTA) -> tuple[str, str, int]:
     """(verdict, reason, score) of one implementation whose rows changed: ``VERDICT_RULE``.
     ``res``: ``equivalence.compare`` of the per-image log ratios new/old (``wins_a``: images
     better in the new run); ``word``: its answer at the audit's adjusted level."""
@@ -186,8 +186,8 @@ def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appea
     where = "" if n_ran == n_rows else f" on the {n_ran} of {n_rows} (model, image) rows that ran in both"
     parts = [f"{f} gone" for f in fixed]
     p_text = f"p = {p_adj:.2g}" if p_adj >= 1e-4 else "p < 1e-4"
-    perf_text = {"different": f"different beyond ±{np.expm1(DELTA):.0%}",
-                 "equivalent": f"equivalent within ±{np.expm1(DELTA):.0%}",
+    perf_text = {"different": f"different beyond ±{np.expm1(delta):.0%}",
+                 "equivalent": f"equivalent within ±{np.expm1(delta):.0%}",
                  "inconclusive": "inconclusive" + (f": rerun with --samples {int(need)}" if np.isfinite(need) else "")}
     parts.append(f"ξ {_num(own_xi[0])} → {_num(own_xi[1])}{where}, {better} better / {worse} worse images "
                  f"({perf_text[word]}, {p_text})")
@@ -212,7 +212,7 @@ def _unsupported(table: pd.DataFrame) -> set[tuple[str, str]]:
     return {k for k, v in agg.items() if v}
 
 
-def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, min_delta: float = 0.02,
+def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, min_delta: float | None = None,
          by_model: bool = False, eps_max: Mapping[str, float] | None = None,
          ref_eps: Mapping[str, float] | None = None, flags_a: pd.DataFrame | None = None,
          flags_b: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -223,9 +223,13 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     ``effect_size`` in favour of b, ``estimate``: the per-image log ratio new/old, ``answer``,
     ``images_to_decide``) come from the implementation's own rows on the images that ran in both.
     ``p_adjusted`` is Holm's over the implementations whose rows changed. Flags are ``flags`` of
-    each table unless given. ``min_delta`` is accepted for compatibility: the materiality of a
-    performance change is the margin δ (``equivalence.DELTA``).
+    each table unless given. ``min_delta``: the materiality margin δ of a performance change, as a
+    relative per-image difference (None: ``equivalence.DELTA``, 5%); an implementation's change is
+    *different* only beyond it and *equivalent* only inside it.
     """
+    if min_delta is not None and not (np.isfinite(min_delta) and min_delta > 0):
+        raise ValueError(f"min_delta must be a positive relative difference (e.g. 0.05), not {min_delta!r}")
+    delta = DELTA if min_delta is None else float(np.log1p(min_delta))
     unsupported = {"a": _unsupported(table_a), "b": _unsupported(table_b)}
     sides = {"a": prepare(table_a), "b": prepare(table_b)}
     fl = {s: (f if f is not None else compute_flags(sides[s])) for s, f in (("a", flags_a), ("b", flags_b))}
@@ -259,7 +263,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
             own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")))
             own["identical"] = own["identical"] and _same_results(
                 with_twins["a"][(norm, impl)], with_twins["b"][(norm, impl)], shared)
-        res = compare(own["x"])
+        res = compare(own["x"], delta)
         verdict = "" if len(present) == 2 else ("new" if present == ["b"] else "removed")
         reason = "" if verdict == "" else f"only in run {present[0]}"
         for s, other in (("a", "b"), ("b", "a")):
@@ -278,10 +282,10 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                      "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
                      "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),
                      "verdict": verdict, "reason": reason, "_fa": fa, "_fb": fb, "_res": res, "_own": own})
-    return _verdicts(pd.DataFrame(rows), alpha)
+    return _verdicts(pd.DataFrame(rows), alpha, delta)
 
 
-def _verdicts(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
+def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA) -> pd.DataFrame:
     """Fill p_adjusted, answer, images_to_decide, score, verdict and reason of the rows present in
     both runs; the Holm family is the implementations whose rows changed."""
     out["p_adjusted"], out["answer"], out["images_to_decide"], out["score"] = np.nan, "", np.nan, 0
@@ -294,9 +298,9 @@ def _verdicts(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
         r = out.iloc[i]
         word = answer(pd_, pe, alpha)
         own = r["_own"]
-        need = images_to_decide(own["x"], alpha / len(at)) if word == "inconclusive" else float("nan")
+        need = images_to_decide(own["x"], alpha / len(at), delta) if word == "inconclusive" else float("nan")
         verdict, reason, score = weigh(r["_res"], word, float(pd_), own["own_xi"], r["_fb"] - r["_fa"],
-                                       r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"], need)
+                                       r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"], need, delta)
         for col, v in (("p_adjusted", float(pd_)), ("answer", word), ("images_to_decide", need), ("score", score),
                        ("verdict", verdict), ("reason", reason)):
             out.iloc[i, out.columns.get_loc(col)] = v

@@ -201,8 +201,9 @@ def prepare_side(release: Release | str, installed: str, dist: str, library: str
     return Side(version, env, out / f"{library}-{version}")
 
 
-def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float):
-    """``fidelity.diff`` of two finished sides and the subset hash both attacked."""
+def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None):
+    """``fidelity.diff`` of two finished sides, the subset hash both attacked and the two result
+    tables (the audit page's per-image evidence)."""
     from attackaudit import fidelity
 
     from .schema import ROW_COLUMNS
@@ -214,7 +215,7 @@ def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float):
     diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta,
                          flags_a=flags_in_joint_context(table_a, table_b),
                          flags_b=flags_in_joint_context(table_b, table_a))
-    return diff, next(iter(hashes), "")
+    return diff, next(iter(hashes), ""), (table_a, table_b)
 
 
 def side_doc(side: Side) -> dict:
@@ -271,7 +272,7 @@ def _report_sections(env_lines: list[str], bisect_doc: dict | None, dist: str) -
     return "\n".join(md) + "\n", "\n".join(html)
 
 
-def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float = 0.02,
+def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float | None = None,
           bisect_range: bool = False, echo=print) -> dict:
     """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
     release that cannot be installed. ``bisect_range``: also find, over the releases between the
@@ -309,7 +310,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     if all(s.empty for s in sides):
         raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    diff, subset_hash = compare_sides(*sides, alpha=alpha, min_delta=min_delta)
+    diff, subset_hash, tables = compare_sides(*sides, alpha=alpha, min_delta=min_delta)
     out.mkdir(parents=True, exist_ok=True)
     diff.to_csv(out / "diff.csv", index=False)
     counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
@@ -363,7 +364,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     label_b = f"{dist} {sides[1].label} ({sides[1].run_dir})"
     extra_md, extra_html = _report_sections(env_lines, doc.get("bisect"), dist)
     (out / "audit.md").write_text(render_compare_markdown(diff, label_a, label_b) + extra_md, encoding="utf-8")
-    page = render_compare_html(diff, label_a, label_b)
+    page = render_compare_html(diff, label_a, label_b, tables=tables)
     at = page.rfind("</body>")
     page = page[:at] + extra_html + page[at:] if at >= 0 else page + extra_html
     (out / "audit.html").write_text(page, encoding="utf-8")
@@ -385,8 +386,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_grid_arguments(p)
     p.add_argument("--alpha", type=float, default=0.05,
                    help="family-wise significance level of the paired tests (Holm), as in reports and flags")
-    p.add_argument("--min-delta", dest="min_delta", type=float, default=0.02,
-                   help="smallest optimality change that counts")
+    p.add_argument("--min-delta", dest="min_delta", type=float, default=None,
+                   help="materiality margin δ: the smallest per-image relative change in distance that counts "
+                        "(default 0.05)")
     p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
     p.add_argument("--bisect", action="store_true",
                    help="also bisect the releases between the two on the package index: the first release at "

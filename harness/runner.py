@@ -136,7 +136,9 @@ class RunSummary:
     def line(self) -> str:
         c = self.counts
         return (f"{self.total} jobs: {c.get('ok', 0)} ok, {c.get('crash', 0)} crashed, "
-                f"{c.get('timeout', 0)} timed out, {c.get('invalid', 0)} invalid "
+                f"{c.get('timeout', 0)} timed out, {c.get('invalid', 0)} invalid"
+                + (f", {c['unsupported']} unsupported by this release (ours, not the library's)" if c.get("unsupported") else "")
+                + " "
                 f"({self.executed} run now, {self.total - self.executed} already done) "
                 f"in {self.wall_s:.1f} s -> {self.run_dir}")
 
@@ -280,6 +282,6 @@ def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:
             statuses = set(pd.read_parquet(job_path(run_dir, job.job_id), columns=["status"])["status"])
         except Exception:
             statuses = {"missing"}
-        status = next((s for s in ("timeout", "crash", "invalid", "missing") if s in statuses), "ok")
+        status = next((s for s in ("timeout", "crash", "invalid", "unsupported", "missing") if s in statuses), "ok")
         counts[status] = counts.get(status, 0) + 1
     return counts

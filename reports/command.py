@@ -62,8 +62,9 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="where to write diff.csv|json, audit.json, compare.md|html (default: DIR_B)")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="family-wise significance level of the paired tests (Holm), as in reports and flags")
-    parser.add_argument("--min-delta", dest="min_delta", type=float, default=0.02,
-                        help="smallest optimality change that counts")
+    parser.add_argument("--min-delta", dest="min_delta", type=float, default=None,
+                        help="materiality margin δ: the smallest per-image relative change in distance that counts "
+                             "(default 0.05); inside it a change is 'equivalent', beyond it 'different'")
     parser.add_argument("--by-model", dest="by_model", action="store_true", help="one verdict per model too")
     parser.add_argument("--strict", action="store_true", help="exit 1 when any implementation regressed")
 
@@ -80,7 +81,7 @@ def compare_main(args: argparse.Namespace) -> int:
     table_a, _, _ = load_runs([run_a])
     table_b, _, _ = load_runs([run_b])
     diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.05),
-                         min_delta=getattr(args, "min_delta", 0.02), by_model=bool(getattr(args, "by_model", False)))
+                         min_delta=getattr(args, "min_delta", None), by_model=bool(getattr(args, "by_model", False)))
     out = Path(args.out) if getattr(args, "out", None) else run_b
     try:
         out.mkdir(parents=True, exist_ok=True)

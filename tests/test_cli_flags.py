@@ -228,6 +228,10 @@ def test_compare_strict_alpha_and_by_model(drift_runs, tmp_path, capsys):
     assert code == 0 and "regressed" not in doc["counts"], doc["verdicts"]
     code, doc = _compare(capsys, a, b, "--by-model", "--out", str(tmp_path / "models"))
     assert {v["model"] for v in doc["verdicts"]} >= {"digits-cnn", "digits-mlp"}
+    # a materiality margin wider than the overshoot: the change is immaterial, not a regression
+    code, doc = _compare(capsys, a, b, "--strict", "--min-delta", "1000", "--out", str(tmp_path / "margin"))
+    assert code == 0 and "regressed" not in doc["counts"], doc["verdicts"]
+    assert "±100000%" in json.dumps(doc["verdicts"], ensure_ascii=False), doc["verdicts"]
 
 
 # -- exact -------------------------------------------------------------------------------------
