@@ -46,7 +46,7 @@ class MinimalAttack(Protocol):
 class FixedEpsAttack(Protocol):
     """``kind="fixed"``: an attack within an ε ball, called by the minimal-ε search.
 
-    The search (``harness/minimal.py``) calls it many times per batch (up to 14 rounds), each
+    The search (``harness/measure/minimal.py``) calls it many times per batch (up to 14 rounds), each
     time on the subset of the batch still being searched, so N varies between calls; ε doubles
     from a norm-specific start until success, then is bisected. Arguments are as in
     :class:`MinimalAttack`, plus ``eps``:

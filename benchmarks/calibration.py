@@ -69,7 +69,7 @@ def _truth_sampler(run_dir: str | None):
     if not run_dir:
         return true_distances
     from attackaudit.fidelity import envelope
-    from attackaudit.store import load_run
+    from attackaudit.results.store import load_run
 
     env = envelope(load_run(run_dir))
     env = env[~env["model"].str.contains("~")]

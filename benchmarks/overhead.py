@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attackaudit.adapters import load_library
-from attackaudit.tracker import QueryTracker
+from attackaudit.measure.tracker import QueryTracker
 
 
 def cifar_resnet18() -> nn.Module:
@@ -231,8 +231,8 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     if "digits" in args.models:
-        from attackaudit.data import load_subset
-        from attackaudit.zoo import load_model
+        from attackaudit.sources.data import load_subset
+        from attackaudit.sources.zoo import load_model
 
         sub = load_subset("digits", 64, 0)
         model, x, y = load_model("digits-cnn", device), sub.inputs.to(device), sub.labels.to(device)

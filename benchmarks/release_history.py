@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from attackaudit.audit import Release, compare_sides, prepare_side, run_side
-from attackaudit.audit_bisect import index_versions, is_prerelease
-from attackaudit.audit_env import AuditEnvError, installed_version
-from attackaudit.config import resolve
+from attackaudit.audit.command import Release, compare_sides, prepare_side, run_side
+from attackaudit.audit.bisect import index_versions, is_prerelease
+from attackaudit.audit.env import AuditEnvError, installed_version
+from attackaudit.run.config import resolve
 
 #: the families all or most of the five libraries implement (fidelity's alignment lines them up)
 SHARED_FAMILIES = ["apgd", "pgd", "fgm", "cw", "deepfool", "fmn", "ddn"]
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped[version] = str(exc)
             continue
         sides.append(side)
-    from attackaudit.audit import environment_lines
+    from attackaudit.audit.command import environment_lines
     from attackaudit.reports.run_files import load_runs
 
     env_lines = environment_lines(sides)

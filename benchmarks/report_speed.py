@@ -2,7 +2,7 @@
 
     python benchmarks/report_speed.py [--out DIR] [--samples 16] [--models M ...] [--profile N] [--keep]
 
-Builds a run directory (jobs/*.parquet and manifest.json, the layout of harness/store.py) with
+Builds a run directory (jobs/*.parquet and manifest.json, the layout of harness/results/store.py) with
 every built-in spec of the catalogue on ``--models`` (default: the seven models of the full demo,
 fixed here rather than read from preset "demo" so that the measured size stays the 686-job demo
 whatever the preset becomes), ``--samples`` samples each: 98 specs × 7 models × 16 samples ≈ 11000
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from attackaudit.fidelity.synthetic import job_rows
-from attackaudit.store import write_job, write_manifest
+from attackaudit.results.store import write_job, write_manifest
 
 #: median minimal distance per norm on the digits zoo (order of magnitude of a real demo)
 SCALE = {"l0": 6.0, "l1": 3.0, "l2": 1.0, "linf": 0.12}

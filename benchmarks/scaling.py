@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from attackaudit.config import resolve
-from attackaudit.runner import run
+from attackaudit.run.config import resolve
+from attackaudit.run.runner import run
 
 DEFAULT_LIBRARIES = ["adv_lib", "cleverhans"]
 DEFAULT_MODELS = ["digits-cnn", "digits-mlp", "digits-cnn-at-linf"]
@@ -33,7 +33,7 @@ DEFAULT_MODELS = ["digits-cnn", "digits-mlp", "digits-cnn-at-linf"]
 def _workload(seconds_out, steps: int) -> None:
     import torch
 
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.zoo import load_model
 
     torch.set_num_threads(1)
     model = load_model("digits-cnn").eval()
@@ -68,7 +68,7 @@ def startup_seconds() -> float:
     import subprocess
     import sys
 
-    code = ("import time; t = time.perf_counter(); import attackaudit.worker, torch, adv_lib.attacks, "
+    code = ("import time; t = time.perf_counter(); import attackaudit.run.worker, torch, adv_lib.attacks, "
             "cleverhans.torch.attacks.projected_gradient_descent; print(time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])

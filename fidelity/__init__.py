@@ -1,6 +1,6 @@
 """Fidelity: pure functions over result tables (pandas / numpy): no torch, no I/O.
 
-Input everywhere is the per-sample result table (harness/job.py ``ROW_COLUMNS``). Decisions
+Input everywhere is the per-sample result table (harness/run/job.py ``ROW_COLUMNS``). Decisions
 (status handling, twins, degenerate cases, flag thresholds, the diff verdict) are in
 fidelity/README.md.
 """

@@ -1,4 +1,4 @@
-"""Shared plumbing: the per-sample result table (harness/job.py ``ROW_COLUMNS``) made uniform.
+"""Shared plumbing: the per-sample result table (harness/run/job.py ``ROW_COLUMNS``) made uniform.
 
 Every fidelity function starts from ``prepare`` (defaults, types, one row per sample and
 implementation) and most from ``long_distances``: one row per (model, norm, sample,

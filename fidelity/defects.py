@@ -9,7 +9,7 @@
 - ``label_bug`` (targets ignored): in a targeted run, the output is misclassified but not as the
   target on a large share of the images another implementation brought to the target.
 
-The first two read what the minimal-ε search recorded of every call (harness/minimal.py
+The first two read what the minimal-ε search recorded of every call (harness/measure/minimal.py
 ``BallRecord``: the ``ball_*`` and ``eps_fail_*`` columns), the last the ``returned_class``
 column; tables without those columns (older runs) are not judged by them. Pure functions over a
 ``prepare``d table, each returning findings ``{model, norm, implementation, library_version,
@@ -26,7 +26,7 @@ from ._table import JOB_KEY, SAMPLE_KEY, long_distances, sample_list
 from .twins import twin_findings
 
 #: out_of_ball: rows (image × call) returned outside the ball, beyond the minimal-ε search's own
-#: tolerance (d > ε·(1 + 1e-3) + 1e-6, harness/minimal.py ``inside_ball``). Sound built-in
+#: tolerance (d > ε·(1 + 1e-3) + 1e-6, harness/measure/minimal.py ``inside_ball``). Sound built-in
 #: attacks returned none (README table); a finding needs at least this many such rows ...
 OUT_OF_BALL_MIN_ROWS = 2
 #: ... making at least this share of the implementation's rows on the model

@@ -32,7 +32,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..schema import DEFECT_COLUMNS
+from attackaudit.results.schema import DEFECT_COLUMNS
 from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
 from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, per_image
 from .flags import flags as compute_flags

@@ -36,7 +36,7 @@ from .curves import as_distances
 from .stats import adjust_sorted, tie_correction
 
 #: the equivalence margin on the log-ratio scale: 5% relative. The minimal-ε search stops at
-#: 1/64 ≈ 1.6% relative precision (harness/minimal.py ``RELATIVE_PRECISION``), so two sound
+#: 1/64 ≈ 1.6% relative precision (harness/measure/minimal.py ``RELATIVE_PRECISION``), so two sound
 #: fixed-ε implementations can sit up to that far apart on every image; δ is three times it.
 #: Measured seed noise of sound randomised attacks shifts θ by far less (fidelity/README.md).
 DELTA = float(np.log(1.05))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
                      sample_list, without_twins)
-from ..schema import OUT_OF_BOX_ERROR
+from attackaudit.results.schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
 from .class_failure import class_findings
 from .defects import defect_findings

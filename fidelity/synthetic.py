@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..schema import ROW_COLUMNS  # torch-free: fidelity must not import the torch-side harness
+from attackaudit.results.schema import ROW_COLUMNS  # torch-free: fidelity must not import the torch-side harness
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:

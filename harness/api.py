@@ -4,7 +4,7 @@
 attack implementation × norm on the model, one hashed subset, one query budget) and returns a
 :class:`Result`: the rows, the leaderboard, the flags, a trust verdict per family and norm,
 robustness-curve plots and the report, computed by the same functions as ``attackaudit report``.
-The run is an ordinary run directory (``harness/user_model.py`` says how the model and tensors
+The run is an ordinary run directory (``harness/sources/user_model.py`` says how the model and tensors
 become sources the workers load), so ``attackaudit report DIR`` reads it and calling ``compare``
 again with the same ``out`` resumes it.
 
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .store import atomic_write_bytes, load_run, read_manifest
+from attackaudit.results.store import atomic_write_bytes, load_run, read_manifest
 
 if TYPE_CHECKING:  # annotations only: importing torch here would make ``import attackaudit`` heavy
     from matplotlib.figure import Figure
     from torch import Tensor, nn
 
-    from .reports import ReportData
+    from attackaudit.reports import ReportData
 
 #: written beside the manifest by ``compare``: how its jobs ran, and which model they attacked
 NOTEBOOK_FILE = "notebook.json"
@@ -97,10 +97,10 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     ValueError
         One line naming the argument that is wrong.
     """
-    from .config import ConfigError, resolve
-    from .executors import InProcessExecutor
-    from .runner import run
-    from .user_model import hand_over, registered, save_data
+    from attackaudit.run.config import ConfigError, resolve
+    from attackaudit.run.executors import InProcessExecutor
+    from attackaudit.run.runner import run
+    from attackaudit.sources.user_model import hand_over, registered, save_data
 
     x, y = _checked_data(model, inputs, labels)
     n = len(y)
@@ -198,8 +198,8 @@ class Result:
     @cached_property
     def data(self) -> "ReportData":
         """Everything the report shows (``attackaudit.reports.ReportData``), computed once."""
-        from .reports import build
-        from .reports.run_files import load_exact
+        from attackaudit.reports import build
+        from attackaudit.reports.run_files import load_exact
 
         manifest = read_manifest(self.run_dir) or {}
         return build(self.rows, [manifest], [self.run_dir], load_exact(self.run_dir))
@@ -238,7 +238,7 @@ class Result:
         implementation of the norm). Raises ValueError when the run has no such results."""
         from matplotlib.figure import Figure
 
-        from .fidelity import robustness_curve
+        from attackaudit.fidelity import robustness_curve
 
         impls = set(self.rows.loc[(self.rows["family"] == family) & (self.rows["norm"] == norm), "implementation"])
         # the metamorphic twins (``MODEL~shift``, ...) are the same network: their panels would repeat it
@@ -267,7 +267,7 @@ class Result:
                formats: Iterable[str] = ("md", "html", "json")) -> dict[str, Path]:
         """Write ``attackaudit report``'s files (tables, ``report.md|html|json``) into ``path``
         (default: the run directory); returns ``{file name: path}``."""
-        from .reports import write_report_data
+        from attackaudit.reports import write_report_data
 
         return write_report_data(self.data, Path(path) if path is not None else self.run_dir, formats)
 

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Sequence
 
-from .grid_args import GRID_SWITCHES, GRID_VALUES, add_grid_arguments, grid_flags
+from attackaudit.run.grid_args import GRID_SWITCHES, GRID_VALUES, add_grid_arguments, grid_flags
 
 EXIT_USAGE = 2
 
@@ -85,7 +85,7 @@ def _targeted_mode(row: dict) -> str:
 
 def _steps_scale_effect(spec) -> str:
     """What ``--steps-scale s`` does to ``spec``, with the presets' factors as examples."""
-    from .config import PRESETS
+    from attackaudit.run.config import PRESETS
 
     if spec.steps_at(1.0) is None:
         return "none: no steps_param, same iterations at any scale"
@@ -98,8 +98,8 @@ def _steps_scale_effect(spec) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     import torch
 
-    from .data import digits
-    from .zoo import ZOO, load_model
+    from attackaudit.sources.data import digits
+    from attackaudit.sources.zoo import ZOO, load_model
 
     x, y = digits("test")
     rows = []
@@ -126,12 +126,12 @@ def _run_flags(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import ConfigError, load_toml, resolve
-    from .datasets import DataSourceError
-    from .model_checks import ModelCheckError
-    from .models import ModelSourceError
-    from .runner import run
-    from .store import RunDirError
+    from attackaudit.run.config import ConfigError, load_toml, resolve
+    from attackaudit.sources.datasets import DataSourceError
+    from attackaudit.sources.model_checks import ModelCheckError
+    from attackaudit.sources.models import ModelSourceError
+    from attackaudit.run.runner import run
+    from attackaudit.results.store import RunDirError
 
     try:
         toml = load_toml(args.config) if args.config else None
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from attackaudit.reports import command as report_command
 
-    from .exact import command as exact_command
+    from attackaudit.exact import command as exact_command
 
     p = sub.add_parser("report", help="report.md, report.html and tables of one or more runs (several merge)")
     report_command.add_arguments(p)
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     exact_command.add_arguments(p)
     p.set_defaults(func=_guarded(exact_command.main))
 
-    from . import audit as audit_command
+    import attackaudit.audit.command as audit_command
 
     p = sub.add_parser("audit", help="release audit: the same grid on two releases of a library, and what "
                                        "changed (--bisect: in which release)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from ..fidelity.recommend import expectation_source
+from attackaudit.fidelity.recommend import expectation_source
 from .run_files import dump_json, load_repeats, load_runs, records, write_tables
 from .tables import ReportData, build
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..fidelity.defects import EPS_UNUSED_RATIO
+from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from .tables import Pair, ReportData
 
 #: the one-word verdicts an answer row can show, in the order a reader meets them

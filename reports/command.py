@@ -73,7 +73,7 @@ def compare_main(args: argparse.Namespace) -> int:
     """Diff two runs (``fidelity.diff``): one verdict line per implementation and norm on stdout;
     ``diff.csv``, ``diff.json``, ``audit.json`` (the verdicts), ``compare.md`` and
     ``compare.html`` in ``--out`` (default DIR_B)."""
-    from .. import fidelity
+    from attackaudit import fidelity
     from .html import render_compare_html
     from .markdown import render_compare_markdown
 

@@ -118,7 +118,7 @@ def behind_envelope(dist: pd.DataFrame, env: pd.DataFrame, impl: str, version: s
 
 def explain(run: Path, implementation: str, norm: str | None = None, images: int = WORST_IMAGES) -> list[str]:
     """The lines ``attackaudit explain`` prints."""
-    from .. import fidelity
+    from attackaudit import fidelity
     from .tables import sample_distances
 
     table, _, _ = load_runs([Path(run)])

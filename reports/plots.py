@@ -18,7 +18,7 @@ _STYLES = 4
 
 def _steps(d: np.ndarray, x_max: float) -> tuple[np.ndarray, np.ndarray]:
     """Robust-accuracy step function of ``d`` on [0, x_max] (fidelity.robustness_curve)."""
-    from ..fidelity import robustness_curve
+    from attackaudit.fidelity import robustness_curve
 
     eps, acc = robustness_curve(d)
     keep = eps <= x_max

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
-from ..store import load_run, read_manifest
+from attackaudit.results.store import load_run, read_manifest
 
 if TYPE_CHECKING:
     from .tables import ReportData
@@ -34,7 +34,7 @@ def load_exact(run_dir: Path) -> pd.DataFrame | None:
 def load_repeats(run_dirs: Iterable[Path | str]) -> pd.DataFrame | None:
     """The second seeded runs that ``run --repeat 2`` stored beside the first (``store.repeat_dir``),
     merged; None when no directory has one."""
-    from ..store import repeat_dir
+    from attackaudit.results.store import repeat_dir
 
     frames = [load_run(repeat_dir(d)) for d in run_dirs if repeat_dir(d).is_dir()]
     frames = [f for f in frames if len(f)]

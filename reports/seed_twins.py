@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..fidelity._table import prepare  # every fidelity check reads the table through it
-from ..fidelity.equivalence import answer, compare, log_ratios
-from ..fidelity.stats import ALPHA, holm
-from ..fidelity.twins import seed_twin_check
+from attackaudit.fidelity._table import prepare  # every fidelity check reads the table through it
+from attackaudit.fidelity.equivalence import answer, compare, log_ratios
+from attackaudit.fidelity.stats import ALPHA, holm
+from attackaudit.fidelity.twins import seed_twin_check
 
 SEED = "~seed"
 COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ", "largest_relative_difference",

@@ -15,8 +15,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .. import fidelity
-from ..fidelity.equivalence import DELTA
+from attackaudit import fidelity
+from attackaudit.fidelity.equivalence import DELTA
 from .seed_twins import seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
@@ -158,7 +158,7 @@ def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: p
     """Per (model, norm) of the envelope ``env``, with ``dist`` (``sample_distances``) and the local ξ."""
     ref = None
     if exact is not None and {"status", "exact_distance", "lower_bound"} <= set(exact.columns):
-        from ..fidelity.true_optimality import exact_reference
+        from attackaudit.fidelity.true_optimality import exact_reference
         ref = exact_reference(exact)
     opt = {(r.model, r.norm, r.implementation, r.library_version): float(r.optimality)
            for r in local.itertuples(index=False)}
@@ -338,7 +338,7 @@ def measurement_notes(table: pd.DataFrame, local: pd.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------------ build
 def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
           exact: pd.DataFrame | None = None, repeats: pd.DataFrame | None = None) -> ReportData:
-    """All report content for a result table (``harness/job.py`` ``ROW_COLUMNS``); ``repeats``: a
+    """All report content for a result table (``harness/run/job.py`` ``ROW_COLUMNS``); ``repeats``: a
     second seeded run of some of its jobs (``run --repeat 2``), for the ``nondeterminism`` flag."""
     manifests = manifests or []
     runs = [Path(r) for r in (runs or [])]
@@ -376,7 +376,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     true_opt = None
     if exact is not None:
         try:
-            from ..fidelity.true_optimality import true_optimality
+            from attackaudit.fidelity.true_optimality import true_optimality
             true_opt = true_optimality(table, exact)
         except Exception as exc:
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..fidelity.equivalence import DELTA
+from attackaudit.fidelity.equivalence import DELTA
 from .tables import FLAG_MEANINGS, ReportData
 
 #: the margin δ of every comparison (fidelity/equivalence.py), as a relative size per image
@@ -531,7 +531,7 @@ def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:
     """Findings grouped by implementation (then flag severity, model, norm) for reading."""
     if flags.empty:
         return flags
-    from ..fidelity import FLAGS
+    from attackaudit.fidelity import FLAGS
 
     order = {f: i for i, f in enumerate(FLAGS)}
     flags = flags.assign(model=flags["model"].map(lambda m: "all models" if m == "*" else m))

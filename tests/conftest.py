@@ -26,14 +26,14 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def cnn():
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.zoo import load_model
 
     return load_model("digits-cnn")
 
 
 @pytest.fixture(scope="session")
 def subset8():
-    from attackaudit.data import load_subset
+    from attackaudit.sources.data import load_subset
 
     return load_subset("digits", 8, 0)
 
@@ -41,7 +41,7 @@ def subset8():
 @pytest.fixture(scope="module")
 def model():
     """The standard digits CNN every adapter test attacks."""
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.zoo import load_model
 
     return load_model("digits-cnn")
 
@@ -49,7 +49,7 @@ def model():
 @pytest.fixture(scope="module")
 def data():
     """Six digits test samples: (N×1×8×8 inputs in [0, 1], N labels)."""
-    from attackaudit.data import load_subset
+    from attackaudit.sources.data import load_subset
 
     sub = load_subset("digits", 6, 0)
     return sub.inputs, sub.labels

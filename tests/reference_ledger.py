@@ -1,9 +1,9 @@
 """A deliberately simple ledger that follows the QueryTracker's attribution rule one row at a time.
 
-The rule is written once, in the module docstring of ``attackaudit.tracker`` (steps 1–7 below
+The rule is written once, in the module docstring of ``attackaudit.measure.tracker`` (steps 1–7 below
 refer to it). This class has no fast path, no deferred buffer, no pending counters and no hint
 cache: every query is attributed, charged and offered as best candidate row by row, in order,
-with plain Python loops. Its distances are its own plain code, not ``attackaudit.distance``, so
+with plain Python loops. Its distances are its own plain code, not ``attackaudit.measure.distance``, so
 that a bug there cannot pass unseen:
 
 * attribution (steps 3–5): ``plain_distance``, exact sums of the coordinates (Python floats,
@@ -17,7 +17,7 @@ that a bug there cannot pass unseen:
   (``sum`` over a row, ``linalg.vector_norm``), so kept points and distances agree exactly.
 
 It shares with the tracker only the tracker's documented constants and the one definition of
-success (``attackaudit.success``: a strict logit inequality, ties never succeed).
+success (``attackaudit.measure.success``: a strict logit inequality, ties never succeed).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attackaudit.success import is_success
-from attackaudit.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_SCALE
+from attackaudit.measure.success import is_success
+from attackaudit.measure.tracker import BOX_MARGIN, BOX_TOLERANCE, KEEP_BESTS, REFUSAL_SCALE
 
 #: a coordinate changed by less than this does not count towards L0 (float round-trips through
 #: numpy/float32 leave ~1e-8 noise; the smallest real change on 8-bit data is 1/255)

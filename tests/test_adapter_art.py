@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attackaudit.distance import lp_norm
-from attackaudit.job import attack_with_tracker, seed_everything
-from attackaudit.tracker import QueryTracker
+from attackaudit.measure.distance import lp_norm
+from attackaudit.run.job import attack_with_tracker, seed_everything
+from attackaudit.measure.tracker import QueryTracker
 
 from conftest import library_specs
 

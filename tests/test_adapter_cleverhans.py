@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from attackaudit.tracker import QueryTracker
+from attackaudit.measure.tracker import QueryTracker
 
 from conftest import library_specs
 

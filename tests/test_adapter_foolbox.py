@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attackaudit.tracker import QueryTracker
+from attackaudit.measure.tracker import QueryTracker
 
 from conftest import library_specs
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from attackaudit.adapters import AttackSpec
 from attackaudit.adapters.release import Unsupported, bridge_keywords, call_accepting, per_eps_group, supports
-from attackaudit.job import Job, job_rows
+from attackaudit.run.job import Job, job_rows
 
 
 def old_fab(model, norm="Linf", steps=10, targeted=False):

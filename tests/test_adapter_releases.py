@@ -27,9 +27,9 @@ OLDEST = [("adv-lib", "0.2.2", "adv_lib"), ("foolbox", "3.2.1", "foolbox"),
 _RUN_ALL = r"""
 import json, sys, torch
 from attackaudit.adapters import load_library
-from attackaudit.data import load_subset
-from attackaudit.job import attack_with_tracker
-from attackaudit.zoo import load_model
+from attackaudit.sources.data import load_subset
+from attackaudit.run.job import attack_with_tracker
+from attackaudit.sources.zoo import load_model
 sub, model = load_subset("digits", 2, 0), load_model("digits-cnn")
 out = {}
 for spec in load_library(sys.argv[1]).specs:
@@ -45,7 +45,7 @@ OUR_CALL = ("unexpected keyword argument", "is not supported to use with norm", 
 @LONG
 @pytest.mark.parametrize("dist, version, library", OLDEST, ids=[f"{d}=={v}" for d, v, _ in OLDEST])
 def test_every_spec_on_the_oldest_release(dist, version, library, capsys, monkeypatch):
-    from attackaudit.audit_env import AuditEnvError, cache_root, prepare_env
+    from attackaudit.audit.env import AuditEnvError, cache_root, prepare_env
 
     offline = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions", dist],
                              capture_output=True, text=True).returncode != 0

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from attackaudit.adapters.release import Unsupported
-from attackaudit.data import random_targets
-from attackaudit.tracker import QueryTracker
+from attackaudit.sources.data import random_targets
+from attackaudit.measure.tracker import QueryTracker
 
 from conftest import library_specs
 

@@ -19,9 +19,9 @@ from torch import nn
 
 import attackaudit
 from attackaudit.cli import main as cli_main
-from attackaudit.data import digits
-from attackaudit.user_model import model_fingerprint
-from attackaudit.zoo import load_model
+from attackaudit.sources.data import digits
+from attackaudit.sources.user_model import model_fingerprint
+from attackaudit.sources.zoo import load_model
 
 NOTEBOOK = Path(__file__).parents[1] / "examples" / "notebook.ipynb"
 GRID = dict(families="pgd", norms="linf", libraries=["adv_lib", "torchattacks"], samples=6, budget=300,

@@ -40,8 +40,8 @@ import pandas as pd
 import pytest
 
 from attackaudit import cli, load_run
-from attackaudit.audit import index_releases
-from attackaudit.audit_env import _still_valid, base_site_packages, prepare_env
+from attackaudit.audit.command import index_releases
+from attackaudit.audit.env import _still_valid, base_site_packages, prepare_env
 
 def _index_reachable() -> bool:
     proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions",
@@ -58,7 +58,7 @@ def wheelhouse(*requirements: str) -> str:
     """A wheel directory holding ``requirements`` (downloaded once, without dependencies), as the
     ``ATTACKAUDIT_PIP_ARGS`` that install from it with the index off; skips when they are missing
     and the index is unreachable."""
-    from attackaudit.audit_env import cache_root
+    from attackaudit.audit.env import cache_root
 
     where = cache_root() / "wheels"
     where.mkdir(parents=True, exist_ok=True)

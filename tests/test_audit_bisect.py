@@ -9,8 +9,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attackaudit.audit import bisect
-from attackaudit.audit_env import AuditEnvError
+from attackaudit.audit.command import bisect
+from attackaudit.audit.env import AuditEnvError
 
 
 @st.composite

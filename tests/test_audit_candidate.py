@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from attackaudit import cli, load_run
-from attackaudit.audit_env import content_hash
+from attackaudit.audit.env import content_hash
 
 PGD_LINE = "adv_images = adv_images.detach() + self.alpha * grad.sign()"
 GRID = ["--families", "pgd", "fgm", "--models", "digits-cnn", "--samples", "24", "--steps-scale", "0.05",

@@ -20,9 +20,9 @@ import torch
 import attackaudit
 from attackaudit.cli import _run_flags, build_parser
 from attackaudit.cli import main as cli_main
-from attackaudit.config import load_toml, resolve
-from attackaudit.data import load_subset
-from attackaudit.runner import plan
+from attackaudit.run.config import load_toml, resolve
+from attackaudit.sources.data import load_subset
+from attackaudit.run.runner import plan
 
 PROBE = str(Path(__file__).parent / "plugins" / "probe.py")
 DESCENT = ["--plugin", PROBE, "--libraries", "probe", "--attacks", "probe/descent/l2", "--quiet"]
@@ -107,7 +107,7 @@ def test_targeted_gives_every_sample_a_target_and_success_means_reaching_it(tmp_
     # the same seeded attack here, towards the stored targets: the rows call "adversarial" exactly
     # the outputs the model puts in the target class (leaving the label is not enough)
     from attackaudit.adapters import load_plugin_file
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.zoo import load_model
 
     (entry,) = load_plugin_file(PROBE)
     spec = next(s for s in entry.specs if s.key == "probe/descent/l2").scaled(0.3)

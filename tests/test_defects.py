@@ -154,11 +154,11 @@ TARGETED_SOUND = ["defects/pgd/linf", "adv_lib/ddn/l2", "torchattacks/PGD/linf",
 
 def _run(keys: list[str], models: list[str], targeted: bool) -> pd.DataFrame:
     from attackaudit.adapters import catalogue
-    from attackaudit.data import load_subset
-    from attackaudit.job import Job, job_rows as run_job
-    from attackaudit.twins import has_job
-    from attackaudit.worker import job_targets
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.data import load_subset
+    from attackaudit.run.job import Job, job_rows as run_job
+    from attackaudit.sources.twins import has_job
+    from attackaudit.run.worker import job_targets
+    from attackaudit.sources.zoo import load_model
 
     libraries = sorted({k.split("/")[0] for k in keys})
     specs = {s.key: (s, e.version) for e in catalogue(libraries, plugins=(str(PLUGIN),)) for s in e.specs}

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from attackaudit.data import load_subset
+from attackaudit.sources.data import load_subset
 from attackaudit.exact.command import EXACT_COLUMNS, exact_path, run_exact
 from attackaudit.exact.encoding import UnsupportedLayer, check_encoding, encode_sequential
 from attackaudit.exact.solver import distance, forward, margin_to_label, minimal_distance
 from attackaudit.fidelity.true_optimality import below_exact_flags, true_optimality
-from attackaudit.zoo import LogitShift, load_model
+from attackaudit.sources.zoo import LogitShift, load_model
 
 M = 1e-6  # the solver's default decision margin
 
@@ -245,7 +245,7 @@ def test_exact_beside_a_run_solves_the_runs_own_subset(tmp_path, capsys):
     import argparse
 
     from attackaudit.exact.command import add_arguments, main
-    from attackaudit.store import write_manifest
+    from attackaudit.results.store import write_manifest
 
     run = load_subset("digits", 2, 4)
     write_manifest(tmp_path, {"config": {"samples": 2, "seed": 4, "dataset": "digits"}, "seed": 4,

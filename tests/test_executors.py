@@ -2,8 +2,8 @@
 import pandas as pd
 
 import attackaudit
-from attackaudit.config import resolve
-from attackaudit.runner import run
+from attackaudit.run.config import resolve
+from attackaudit.run.runner import run
 
 GRID = dict(models=["digits-cnn"], libraries=["adv_lib"], attacks=["adv_lib/ddn", "adv_lib/apgd:ce/l2"],
             norms=["l2"], samples=4, steps_scale=0.05, quiet=True)
@@ -27,9 +27,9 @@ def test_dask_local_cluster_matches_local_executor(tmp_path):
 def test_progress_inside_a_job_reaches_the_parent(tmp_path):
     """Samples done and the running batch's budget use come from the job, through the worker's
     pipe, to the runner's per-worker bars."""
-    from attackaudit.executors import LocalExecutor
-    from attackaudit.runner import plan
-    from attackaudit.worker import execute_job
+    from attackaudit.run.executors import LocalExecutor
+    from attackaudit.run.runner import plan
+    from attackaudit.run.worker import execute_job
 
     config = resolve(None, {**GRID, "attacks": ["adv_lib/ddn"], "samples": 6, "batch_size": 2,
                             "steps_scale": 0.4, "out": str(tmp_path / "p")})
@@ -52,8 +52,8 @@ def test_progress_inside_a_job_reaches_the_parent(tmp_path):
 def test_each_attack_stays_on_the_worker_that_first_ran_it():
     """Two workers taking turns: every attack's jobs go to one worker (its one-off costs, e.g.
     numba compiling Brendel-Bethge, are paid once per run), and no worker idles while jobs wait."""
-    from attackaudit.executors import _next_for
-    from attackaudit.job import Job
+    from attackaudit.run.executors import _next_for
+    from attackaudit.run.job import Job
 
     specs = ["foolbox/L0BrendelBethgeAttack/l0", "foolbox/L1BrendelBethgeAttack/l1", "art/DeepFool/l2"]
     queue = [Job(run="r", model=m, spec_key=s) for s in specs for m in ("digits-mlp", "digits-cnn")]

@@ -67,9 +67,9 @@ ATTACKS = {"correct": ddn, "clean": returns_clean, "wander": wanders_off, "greed
 @pytest.fixture(scope="module")
 def result_table():
     from attackaudit.adapters import AttackSpec
-    from attackaudit.data import load_subset
-    from attackaudit.job import Job, job_rows
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.data import load_subset
+    from attackaudit.run.job import Job, job_rows
+    from attackaudit.sources.zoo import load_model
 
     subset = load_subset("digits", 16, 0)
     frames = []

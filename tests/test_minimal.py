@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from attackaudit.adapters import AttackSpec
-from attackaudit.job import attack_with_tracker
-from attackaudit.minimal import RELATIVE_PRECISION
+from attackaudit.run.job import attack_with_tracker
+from attackaudit.measure.minimal import RELATIVE_PRECISION
 
 
 class TwoClassLinear(nn.Module):
@@ -95,7 +95,7 @@ def _capped_fgsm(model, x, y, *, eps, targeted=False, targets=None, scale=1.0, c
 
 
 def test_ball_record_counts_rows_outside_the_ball_and_unused_eps():
-    from attackaudit.minimal import BallRecord
+    from attackaudit.measure.minimal import BallRecord
 
     torch.manual_seed(2)
     w = torch.randn(16)

@@ -198,8 +198,8 @@ def _probe(model, inputs, labels, **kw):
 @pytest.mark.parametrize("kind, per_sample_eps, targeted", [
     ("minimal", False, False), ("minimal", False, True), ("fixed", False, False), ("fixed", True, True)])
 def test_run_is_called_as_the_protocols_say(kind, per_sample_eps, targeted):
-    from attackaudit.data import random_targets
-    from attackaudit.job import attack_with_tracker
+    from attackaudit.sources.data import random_targets
+    from attackaudit.run.job import attack_with_tracker
 
     subset, model = tiny_problem()
     x, y = subset.inputs, subset.labels
@@ -242,8 +242,8 @@ def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     path.write_text(path.read_text().replace("steps=1", "steps=1 ").replace("0.3", "0.3.1"))
     (stale,) = load_plugin_file(pinned)  # a worker loading the file after it was edited mid-run
     assert not stale.available and "changed since the run was planned" in stale.reason
-    from attackaudit.job import Job
-    from attackaudit.worker import resolve_spec
+    from attackaudit.run.job import Job
+    from attackaudit.run.worker import resolve_spec
 
     spec, version, error = resolve_spec(Job(run="r", model="digits-mlp", spec_key="mine/fgm/linf", plugins=(pinned,)))
     assert spec is None and "changed since the run was planned" in error  # the job's rows: crash, this error
@@ -289,8 +289,8 @@ def test_attacks_shows_each_plugin_specs_params_and_steps_scaling(tmp_path, caps
 
 # -- explicit plugins are never dropped in silence -----------------------------------------------
 def test_plan_keeps_explicit_plugins_and_names_the_ones_filters_leave_out(tmp_path):
-    from attackaudit.config import resolve
-    from attackaudit.runner import plan
+    from attackaudit.run.config import resolve
+    from attackaudit.run.runner import plan
 
     path = write_plugin(tmp_path, GOOD[:-1] + (
         ', AttackSpec("mine", "clean", "fgm", "linf", "minimal", {}, partial(untargeted_only), targeted_support=False)'
@@ -342,7 +342,7 @@ def test_example_plugin_runs_beside_libraries_and_an_edit_is_never_reused(tmp_pa
 
 def test_the_readme_plugin_loads_and_attacks_within_its_ball(tmp_path):
     """The README's plugin is code a user copies: it must pass the checks and be a sound attack."""
-    from attackaudit.distance import lp_norm
+    from attackaudit.measure.distance import lp_norm
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     code = readme.split("```python\n# my_attacks.py\n", 1)[1].split("```", 1)[0]
@@ -359,8 +359,8 @@ def test_the_readme_plugin_loads_and_attacks_within_its_ball(tmp_path):
 
 @functools.lru_cache(maxsize=1)
 def tiny_problem():
-    from attackaudit.data import load_subset
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.zoo import load_model
 
     return load_subset("digits", 4, 0), load_model("digits-mlp-tiny")
 
@@ -372,7 +372,7 @@ EXAMPLE_SPECS = load_plugin_file(EXAMPLE)[0].specs
 @given(norm=st.sampled_from(["linf", "l2"]), eps=st.lists(st.floats(0.0, 3.0), min_size=4, max_size=4),
        steps=st.integers(1, 6))
 def test_example_attack_stays_in_its_ball_and_box(norm, eps, steps):
-    from attackaudit.distance import lp_norm
+    from attackaudit.measure.distance import lp_norm
 
     spec = next(s for s in EXAMPLE_SPECS if s.norm == norm).with_params(steps=steps)
     subset, model = tiny_problem()
@@ -392,7 +392,7 @@ def _reads_classes(model, inputs, labels, *, targeted=False, targets=None):
 
 
 def test_the_class_count_reaches_the_attack_without_a_query():
-    from attackaudit.job import attack_with_tracker
+    from attackaudit.run.job import attack_with_tracker
 
     subset, model = tiny_problem()
     spec = AttackSpec("probe", "classes", "deepfool", "l2", "minimal", {}, functools.partial(_reads_classes))
@@ -412,8 +412,8 @@ TARGETED_ONLY = ('return [AttackSpec("mine", "fgm", "fgm", "linf", "fixed", {}, 
 
 
 def test_a_targeted_only_spec_loads_runs_only_targeted_and_says_so(tmp_path, capsys):
-    from attackaudit.config import resolve
-    from attackaudit.runner import plan
+    from attackaudit.run.config import resolve
+    from attackaudit.run.runner import plan
 
     path = write_plugin(tmp_path, TARGETED_ONLY, NEEDS_TARGETS)
     (entry,) = load_plugin_file(path)
@@ -465,8 +465,8 @@ def test_an_attack_whose_outputs_leave_the_box_is_named_for_that_never_silent_fa
     import pandas as pd
 
     from attackaudit import fidelity
-    from attackaudit.data import load_subset
-    from attackaudit.job import Job, job_rows
+    from attackaudit.sources.data import load_subset
+    from attackaudit.run.job import Job, job_rows
 
     subset, (_, model) = load_subset("digits", 12, 0), tiny_problem()
     sound = next(s for s in EXAMPLE_SPECS if s.norm == "l2").with_params(steps=5)

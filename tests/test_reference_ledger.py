@@ -20,8 +20,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import attackaudit.tracker as tracker_module
-from attackaudit.tracker import BOX_TOLERANCE, DEFERRED_QUERIES, QueryTracker
+import attackaudit.measure.tracker as tracker_module
+from attackaudit.measure.tracker import BOX_TOLERANCE, DEFERRED_QUERIES, QueryTracker
 from conftest import examples
 from reference_ledger import ReferenceLedger, assert_agree, same
 
@@ -226,7 +226,7 @@ def run_stream(model, x, y, norm, budget, ops, deferred, targeted=False):
 
 @pytest.fixture(scope="module")
 def pool():
-    from attackaudit.data import load_subset
+    from attackaudit.sources.data import load_subset
 
     sub = load_subset("digits", 6, 0)
     return sub.inputs, sub.labels
@@ -440,7 +440,7 @@ def test_the_tied_model_really_ties(pool):
 
 
 def test_an_exact_tie_is_not_adversarial():
-    from attackaudit.success import is_success
+    from attackaudit.measure.success import is_success
 
     logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [0.0, 3.0, 1.0], [float("nan"), 0.0, 0.0]])
     labels = torch.tensor([1, 0, 0, 1])

@@ -19,7 +19,7 @@ import pytest
 
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
-from attackaudit.store import write_job, write_manifest
+from attackaudit.results.store import write_job, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = ROOT / "test-artifacts" / "report.png"

@@ -20,7 +20,7 @@ from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
 from attackaudit.reports import command
 from attackaudit.reports.svg import shorten
-from attackaudit.store import write_job, write_manifest
+from attackaudit.results.store import write_job, write_manifest
 
 HOSTILE = "<script>alert(1)</script>"
 EVIL_IMPL = f'evil{HOSTILE}"&\'/pgd'          # library "evil<script>alert(1)<", attack "/script>..."

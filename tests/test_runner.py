@@ -14,9 +14,9 @@ import pytest
 import attackaudit
 from attackaudit.adapters import load_library
 from attackaudit.cli import main as cli_main
-from attackaudit.data import load_subset
-from attackaudit.job import attack_with_tracker, seed_everything
-from attackaudit.zoo import load_model
+from attackaudit.sources.data import load_subset
+from attackaudit.run.job import attack_with_tracker, seed_everything
+from attackaudit.sources.zoo import load_model
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "misbehaving.py")
 PROBE = str(Path(__file__).parent / "plugins" / "probe.py")

@@ -19,11 +19,11 @@ from torch import nn
 
 import attackaudit
 from attackaudit import models as M
-from attackaudit.data import load_subset
-from attackaudit.datasets import DataSourceError, load_dataset, parse_source
-from attackaudit.job import attack_with_tracker
-from attackaudit.model_checks import ModelCheckWarning, check_model
-from attackaudit.models import ModelSourceError, Normalized, load_model_source, parse_model_source
+from attackaudit.sources.data import load_subset
+from attackaudit.sources.datasets import DataSourceError, load_dataset, parse_source
+from attackaudit.run.job import attack_with_tracker
+from attackaudit.sources.model_checks import ModelCheckWarning, check_model
+from attackaudit.sources.models import ModelSourceError, Normalized, load_model_source, parse_model_source
 
 TINY_WRN = "Tiny2024Test"  # a RobustBench-style id registered by the tests, a WRN-10-1
 
@@ -377,7 +377,7 @@ def test_model_checks(cnn, subset8):
 # -- end to end ------------------------------------------------------------------------------------
 FAKE_ROBUSTBENCH = '''
 from enum import Enum
-from attackaudit.models import WideResNet
+from attackaudit.sources.models import WideResNet
 
 
 class BenchmarkDataset(Enum):

@@ -1,5 +1,5 @@
 """The QueryTracker's parts, each alone: the ledger (step 6 of the attribution rule in
-``harness/tracker.py``), the attribution (steps 2–5), the best-keeper (step 7) and the query
+``harness/measure/tracker.py``), the attribution (steps 2–5), the best-keeper (step 7) and the query
 window that defers step 7. Each part against a plain Python statement of its own step, on real
 digits where distances matter; the tracker as a whole is checked against the reference ledger in
 ``tests/test_reference_ledger.py``.
@@ -13,12 +13,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attackaudit.attribution import BOX_MARGIN, Attribution, anchor_reach, linf_box
-from attackaudit.best_keeper import BOX_TOLERANCE, KEEP_BESTS, BestKeeper
-from attackaudit.distance import attribution_norm, lp_norm
-from attackaudit.query_ledger import REFUSAL_SCALE, QueryLedger, rank_within_batch
-from attackaudit.query_window import QueryWindow
-from attackaudit.success import is_success
+from attackaudit.measure.attribution import BOX_MARGIN, Attribution, anchor_reach, linf_box
+from attackaudit.measure.best_keeper import BOX_TOLERANCE, KEEP_BESTS, BestKeeper
+from attackaudit.measure.distance import attribution_norm, lp_norm
+from attackaudit.measure.query_ledger import REFUSAL_SCALE, QueryLedger, rank_within_batch
+from attackaudit.measure.query_window import QueryWindow
+from attackaudit.measure.success import is_success
 from conftest import examples
 
 NORMS = ("l0", "l1", "l2", "linf")
@@ -139,7 +139,7 @@ def test_the_ledger_names_a_wrong_arange():
 @pytest.fixture(scope="module")
 def digits():
     """Six distinct digits, flattened (6×64), and their input shape."""
-    from attackaudit.data import load_subset
+    from attackaudit.sources.data import load_subset
 
     x = load_subset("digits", 6, 0).inputs
     return x.reshape(len(x), -1), x.shape

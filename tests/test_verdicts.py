@@ -29,9 +29,9 @@ GRID = [
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
     from attackaudit.adapters import catalogue
-    from attackaudit.data import load_subset
-    from attackaudit.job import Job, failure_rows, job_rows
-    from attackaudit.zoo import load_model
+    from attackaudit.sources.data import load_subset
+    from attackaudit.run.job import Job, failure_rows, job_rows
+    from attackaudit.sources.zoo import load_model
 
     specs = {s.key: (s, e.version) for e in catalogue(["adv_lib", "defective", "misbehaving"],
                                                       plugins=(str(PLUGIN), str(MISBEHAVING)))
@@ -139,15 +139,15 @@ def test_crash_and_timeout_evidence_is_true_of_their_rows(rows, found):
 def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
     import torch
 
-    from attackaudit.config import RunConfig
-    from attackaudit.data import load_subset
-    from attackaudit.zoo import perm_twin_classes
-    from attackaudit.runner import plan
-    from attackaudit.zoo import class_permutation, load_model
+    from attackaudit.run.config import RunConfig
+    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.zoo import perm_twin_classes
+    from attackaudit.run.runner import plan
+    from attackaudit.sources.zoo import class_permutation, load_model
 
     config = RunConfig(out=str(tmp_path / "r"), models=["digits-mlp"], attacks=["adv_lib/ddn"], samples=4,
                        metamorphic=True)
-    # ddn is deterministic: the batch-split twin, no seed twin (harness/twins.py)
+    # ddn is deterministic: the batch-split twin, no seed twin (harness/sources/twins.py)
     assert {j.model for j in plan(config).jobs} == {"digits-mlp", "digits-mlp~shift", "digits-mlp~perm",
                                                     "digits-mlp~split"}
     perm = class_permutation(10)

@@ -5,8 +5,8 @@ import sys
 
 import torch
 
-from attackaudit.data import digits, load_subset, random_targets
-from attackaudit.zoo import ZOO, load_model
+from attackaudit.sources.data import digits, load_subset, random_targets
+from attackaudit.sources.zoo import ZOO, load_model
 
 
 def test_zoo_accuracy_floors():
@@ -22,7 +22,7 @@ def test_zoo_accuracy_floors():
 def test_weights_load_with_weights_only(tmp_path):
     import pickle
 
-    from attackaudit.zoo import WEIGHTS_DIR
+    from attackaudit.sources.zoo import WEIGHTS_DIR
 
     state = torch.load(WEIGHTS_DIR / "digits-cnn.pt", weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
@@ -63,7 +63,7 @@ def test_subset_is_seeded_and_hashed():
     assert a.hash != c.hash
     assert len(a.hash) == 64
     # the hash is over the exact bytes: a one-ulp change moves it
-    from attackaudit.data import subset_hash
+    from attackaudit.sources.data import subset_hash
 
     x = a.inputs.clone()
     x[0, 0, 0, 0] = torch.nextafter(x[0, 0, 0, 0], torch.tensor(2.0))
@@ -73,7 +73,7 @@ def test_subset_is_seeded_and_hashed():
 def test_subsets_nest():
     """With one seed the first k samples of an n-sample subset are the k-sample subset, in order,
     for every k (``--samples 64`` extends a run of 16); another seed draws another subset."""
-    from attackaudit.data import subset_indices
+    from attackaudit.sources.data import subset_indices
 
     big = load_subset("digits", 64, 5)
     for k in (1, 7, 16, 63):
@@ -101,9 +101,9 @@ def test_models_command_lists_clean_accuracy():
 
 def test_the_perm_twin_is_checked_in_its_own_classes():
     # the twin answers σ[label]: checked against unmapped labels it would look like a broken model
-    from attackaudit.config import resolve
-    from attackaudit.data import load_subset
-    from attackaudit.model_checks import check_models
+    from attackaudit.run.config import resolve
+    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.model_checks import check_models
 
     config = resolve(None, {"models": ["digits-cnn", "digits-cnn~perm"], "out": "unused"})
     checks = check_models(config, load_subset("digits", 16, 0))

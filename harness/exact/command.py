@@ -33,7 +33,7 @@ def _candidates(dataset: str, label: int) -> np.ndarray | None:
     """Training points of other classes (N×D): misclassified ones seed the upper bound."""
     if dataset != "digits":
         return None
-    from ..data import digits
+    from attackaudit.sources.data import digits
 
     x, y = digits("train")
     return x[y != label].reshape(int((y != label).sum()), -1).double().numpy()
@@ -51,9 +51,9 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     callable(row dict) after each sample. Raises ValueError/KeyError for an unknown model, dataset or norm and
     ``UnsupportedLayer`` for a model the MILP cannot encode.
     """
-    from ..data import load_subset
-    from .encoding import check_encoding, encode_sequential
-    from .solver import NORMS, minimal_distance
+    from attackaudit.sources.data import load_subset
+    from attackaudit.exact.encoding import check_encoding, encode_sequential
+    from attackaudit.exact.solver import NORMS, minimal_distance
 
     if norm not in NORMS:
         raise ValueError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only")
@@ -93,13 +93,13 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
 
 def _load(model: str, dataset: str):
     """A zoo model by name; other model sources (``module:file.py:fn`` …) through
-    ``attackaudit.models`` when that module is present."""
-    from ..zoo import SHIFT_SUFFIX, ZOO, load_model
+    ``attackaudit.sources.models`` when that module is present."""
+    from attackaudit.sources.zoo import SHIFT_SUFFIX, ZOO, load_model
 
     if model.removesuffix(SHIFT_SUFFIX) in ZOO:
         return load_model(model)
     try:
-        from ..models import load_model_source
+        from attackaudit.sources.models import load_model_source
     except ImportError:
         return load_model(model)  # its KeyError names the zoo's models
     return load_model_source(model, dataset=dataset)
@@ -110,7 +110,7 @@ def _flips_float32(net, adversarial: list | None, shape, label: int) -> bool:
         return False
     import torch
 
-    from ..success import is_success
+    from attackaudit.measure.success import is_success
 
     with torch.no_grad():
         x = torch.tensor(adversarial, dtype=torch.float32).reshape(1, *shape)
@@ -133,7 +133,7 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
     """(samples, seed, dataset) to solve: the run's own in a run directory ``out`` (a given value
     must match it), else the given ones (``samples`` required; seed 0 and digits by default).
     Raises ValueError with one line on a mismatch or when the run's subset cannot be drawn again."""
-    from ..store import read_manifest
+    from attackaudit.results.store import read_manifest
 
     manifest = read_manifest(Path(out)) if Path(out).is_dir() else None
     if manifest is None:
@@ -148,7 +148,7 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
                              f"dataset {run[2]}); omit {flag} to solve the run's own subset, or use another --out")
     if None in run:
         raise ValueError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
-    from ..data import load_subset
+    from attackaudit.sources.data import load_subset
 
     drawn = load_subset(run[2], int(run[0]), int(run[1])).hash
     if manifest.get("subset_hash") and drawn != manifest["subset_hash"]:
@@ -173,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Exit 0 when done (time-limited samples are results, not failures), 2 on bad input."""
-    from .encoding import UnsupportedLayer
+    from attackaudit.exact.encoding import UnsupportedLayer
 
     def report(row: dict) -> None:
         if not getattr(args, "quiet", False):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..zoo import LogitShift
+from attackaudit.sources.zoo import LogitShift
 
 Layer = tuple[np.ndarray, np.ndarray]  # (W: out×in, b: out), float64
 #: largest explicit conv matrix (entries) we build: 8×8 digits CNN layers are ≤ 0.6 M
@@ -102,7 +102,7 @@ def encode_sequential(model: nn.Module, input_shape: tuple[int, ...]) -> list[La
 def check_encoding(model: nn.Module, layers: list[Layer], inputs: torch.Tensor, atol: float = 1e-4) -> float:
     """Largest |logit difference| between ``model`` (float32) and the encoding (float64) on
     ``inputs`` (N×C×H×W); raises when it exceeds ``atol`` (an encoding bug, never a rounding)."""
-    from .solver import forward
+    from attackaudit.exact.solver import forward
 
     with torch.no_grad():
         ref = model(inputs.float().cpu()).double().numpy()

@@ -12,7 +12,7 @@ the box ``[lo, hi]^D``.
 with the standard big-M encoding of every ReLU whose pre-activation bounds straddle 0 (bounds
 from interval arithmetic, the first layer exactly for the L1 ball, optionally tightened by LPs),
 and returns the minimum over ``j``. The margin (default 1e-6) breaks decision-boundary ties:
-a point exactly on the boundary is not an adversarial example (``attackaudit.success``: success
+a point exactly on the boundary is not an adversarial example (``attackaudit.measure.success``: success
 is a strict inequality, as everywhere in the harness); the distance to the margin set exceeds the infimum over the boundary by at most
 ``margin / ‖∇(logit_j − logit_y)‖_dual`` (≈1e-7 on the zoo), far below the flag tolerance.
 
@@ -417,7 +417,7 @@ def minimal_distance(layers: Sequence[tuple[np.ndarray, np.ndarray]], x0: np.nda
     n_cls = layers[-1][0].shape[0]
     best = _Best(layers, x0, label, norm, margin)
     if margin_to_label(forward(layers, x0), label) > 0:
-        # already misclassified; a tie is not (attackaudit.success: success is strict)
+        # already misclassified; a tie is not (attackaudit.measure.success: success is strict)
         return ExactResult(0.0, 0.0, 0.0, "clean_misclassified", x0.copy(),
                            int(np.argmax(forward(layers, x0))), time.perf_counter() - start)
     if candidates is not None and len(candidates):

@@ -1,0 +1,1 @@
+"""Release audits: per-version environments, resolution, bisection, the audit command."""

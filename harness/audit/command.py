@@ -1,0 +1,402 @@
+"""``attackaudit audit LIB==V1 LIB==V2``: the same grid on two releases of a library, and what changed.
+
+Each pinned release gets its own environment (``audit_env.prepare_env``: cached, reused, never
+touching the installed one) and its run executes under that environment's interpreter
+(``RunConfig.python``); ``LIB==V`` alone compares the release with the installed one.
+``LIB@PATH`` is a release candidate (a wheel, an sdist or a source tree), named in every report by
+its version and content hash (``VERSION+c<hash>``, see ``audit_env``). Both runs
+use the same models, hashed subset, budget and seed and go to ``OUT/<library>-<version>/``
+(ordinary run directories: rerunning the command resumes them). ``fidelity.diff`` of the two runs
+becomes ``OUT/audit.json``, ``OUT/diff.csv`` and the report section ``OUT/audit.md`` /
+``OUT/audit.html``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from attackaudit.audit.bisect import bisect, bisect_lines, index_releases, measures, version_key
+from attackaudit.audit.env import (Env, installed_version, is_current_interpreter, prepare_env, resolution_phrase, run_under,
+                        unmet_phrase)
+from attackaudit.run.grid_args import add_grid_arguments, grid_flags
+
+__all__ = ["Release", "Side", "audit", "bisect", "index_releases", "parse_releases", "add_arguments", "main"]
+
+_RELEASE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
+_CANDIDATE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*(.+?)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One side of an audit as the user named it: ``LIB==V`` (``version``) or ``LIB@PATH``
+    (``source``: a wheel, an sdist or a source tree, a release candidate)."""
+
+    version: str = ""
+    source: str = ""
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_releases(releases: list[str]) -> tuple[str, str, list[Release]]:
+    """(library, distribution, releases) of ``LIB==V`` / ``LIB@PATH`` arguments; ValueError (one line) otherwise."""
+    from attackaudit.adapters import BUILTIN_LIBRARIES
+
+    if not 1 <= len(releases) <= 2:
+        raise ValueError(f"give one or two releases (LIB==V1 [LIB==V2]), got {len(releases)}")
+    by_name = {_normal(k): k for k in BUILTIN_LIBRARIES} | {_normal(v): k for k, v in BUILTIN_LIBRARIES.items()}
+    libraries, versions = [], []
+    for text in releases:
+        m = _RELEASE.match(text) or _CANDIDATE.match(text)
+        if not m:
+            raise ValueError(f"release {text!r} is not of the form LIB==VERSION (e.g. adv-lib==0.2.6) "
+                             "or LIB@PATH (a wheel, an sdist or a source tree)")
+        library = by_name.get(_normal(m.group(1)))
+        if library is None:
+            raise ValueError(f"unknown library {m.group(1)!r} in {text!r}; audit knows "
+                             f"{', '.join(sorted(set(BUILTIN_LIBRARIES.values())))}")
+        libraries.append(library)
+        if m.re is _CANDIDATE:
+            if not Path(m.group(2)).expanduser().exists():
+                raise ValueError(f"release candidate {m.group(2)!r} does not exist (LIB@PATH: a wheel, an sdist or "
+                                 "a source tree)")
+            versions.append(Release(source=str(Path(m.group(2)).expanduser().resolve())))
+        else:
+            versions.append(Release(version=m.group(2)))
+    if len(set(libraries)) > 1:
+        raise ValueError(f"the releases name two libraries ({' and '.join(libraries)}); audit compares one library")
+    if len(versions) == 2 and versions[0] == versions[1]:
+        raise ValueError(f"both releases are {releases[0]}; give two different versions")
+    return libraries[0], BUILTIN_LIBRARIES[libraries[0]], versions
+
+
+def _clean(value):
+    """JSON-safe: NaN -> null, inf -> "inf", numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _split(text) -> list[str]:
+    return [t for t in str(text or "").split(",") if t]
+
+
+def implementation_records(diff) -> list[dict]:
+    """One audit.json record per implementation and norm of a ``fidelity.diff`` table."""
+    from attackaudit.reports.text import verdict_line
+
+    out = []
+    for _, r in diff.iterrows():
+        out.append({
+            "implementation": r["implementation"], "family": r["family"], "norm": r["norm"],
+            "verdict": r["verdict"], "reason": r["reason"], "line": verdict_line(r),
+            "version_before": r["version_a"], "version_after": r["version_b"],
+            "optimality_before": r["optimality_a"], "optimality_after": r["optimality_b"],
+            "delta_optimality": r["delta_optimality"], "asr_before": r["asr_a"], "asr_after": r["asr_b"],
+            "paired_test": {"test": "wilcoxon signed-rank on per-sample best distances",
+                            "n_samples": r["n_samples"], "n_better": r["n_better"], "n_worse": r["n_worse"],
+                            "ties": r["ties"], "statistic": r["statistic"], "p_value": r["p_value"],
+                            "effect_size": r["effect_size"]},
+            "flags_before": _split(r["flags_a"]), "flags_after": _split(r["flags_b"]),
+            "flags_appeared": _split(r["flags_appeared"]), "flags_disappeared": _split(r["flags_disappeared"]),
+        })
+    return out
+
+
+def _impl_keys(table):
+    impl = table["implementation"] if "implementation" in table.columns else \
+        table["library"].astype(str) + "/" + table["attack"].astype(str)
+    return impl.astype(str) + "|" + table["norm"].astype(str)
+
+
+def flags_in_joint_context(own, other):
+    """``fidelity.flags`` of ``own``'s implementations, computed next to the implementations that
+    only ``other`` ran. Some flags are relative to the other implementations (samples *they* broke):
+    computed on each run alone, an attack a release adds would change the flags, and so the
+    verdicts, of attacks the release left alone."""
+    import pandas as pd
+
+    from attackaudit import fidelity
+
+    if own.empty:
+        return pd.DataFrame(columns=fidelity.FLAG_COLUMNS)
+    mine = set(_impl_keys(own))
+    extra = other[~_impl_keys(other).isin(mine)] if len(other) else other
+    found = fidelity.flags(pd.concat([own, extra], ignore_index=True) if len(extra) else own)
+    return found[_impl_keys(found).isin(mine)].reset_index(drop=True)
+
+
+@dataclasses.dataclass
+class Side:
+    version: str
+    env: Env | None  # None: the installed release, run by this interpreter
+    run_dir: Path
+    empty: bool = False  # the release has no attack that matches the filters
+
+    @property
+    def label(self) -> str:
+        if self.env is not None and self.env.source:
+            return f"{self.version} (candidate {self.env.source})"
+        return f"{self.version}" + ("" if self.env else " (installed)")
+
+
+def run_side(side: Side, base, library: str, echo) -> None:
+    from attackaudit.run.config import ConfigError
+    from attackaudit.run.runner import run
+
+    config = dataclasses.replace(base, out=str(side.run_dir), python=side.env.python if side.env else "")
+    try:
+        # the whole run (catalogue, plan, workers) under the release's interpreter
+        summary = run_under(config) if config.python and not is_current_interpreter(config.python) else run(config)
+    except ConfigError as exc:
+        if "match no attack" not in str(exc):
+            raise
+        side.empty = True  # every implementation of the other release is then new / removed
+        echo(f"{library} {side.version}: no attack of this release matches the filters")
+        return
+    echo(f"{library} {side.version}: {summary.line()}")
+
+
+def _table(side: Side, columns):
+    import pandas as pd
+
+    from attackaudit.reports.run_files import load_runs
+
+    if side.empty:
+        return pd.DataFrame(columns=columns)
+    table, manifests, _ = load_runs([side.run_dir])
+    versions = set(table["library_version"].astype(str))
+    if versions != {side.version}:
+        raise RuntimeError(f"the run in {side.run_dir} recorded {', '.join(sorted(versions))}, not {side.version}: "
+                           "the release environment did not pin the library")
+    return table
+
+
+def prepare_side(release: Release | str, installed: str, dist: str, library: str, out: Path, echo) -> Side:
+    """A release's side of the audit: its environment prepared (the installed release runs here,
+    as it is). A candidate's version is its own plus ``+c<content hash>`` (``audit_env``)."""
+    release = Release(version=release) if isinstance(release, str) else release
+    env = None
+    if release.source or release.version != installed:
+        env = prepare_env(dist, release.version, library, source=release.source)
+        echo(env.line())
+        for warning in env.warnings:
+            echo(f"attackaudit: warning: {warning}")
+    version = env.version if env is not None else release.version
+    return Side(version, env, out / f"{library}-{version}")
+
+
+def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None):
+    """``fidelity.diff`` of two finished sides, the subset hash both attacked and the two result
+    tables (the audit page's per-image evidence)."""
+    from attackaudit import fidelity
+
+    from attackaudit.results.schema import ROW_COLUMNS
+
+    table_a, table_b = _table(a, ROW_COLUMNS), _table(b, ROW_COLUMNS)
+    hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
+    if len(hashes) > 1:
+        raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
+    diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta,
+                         flags_a=flags_in_joint_context(table_a, table_b),
+                         flags_b=flags_in_joint_context(table_b, table_a))
+    return diff, next(iter(hashes), ""), (table_a, table_b)
+
+
+def side_doc(side: Side) -> dict:
+    """audit.json's account of one release: where it ran and what its environment had to resolve."""
+    env = side.env
+    return {"version": side.version, "run_dir": str(side.run_dir), "installed": env is None,
+            "no_matching_attack": side.empty,
+            "environment": None if env is None else {
+                "path": env.path, "python": env.python, "reused": env.reused, "key": env.key,
+                "prepare_s": round(env.prepare_s, 3), "added_requirements": env.added_requirements,
+                "resolved": env.resolved, "unmet": env.unmet, "warnings": env.warnings},
+            **({"candidate": {"source": env.source, "content_hash": env.content_hash}} if env and env.source else {})}
+
+
+def environment_lines(sides: list[Side]) -> list[str]:
+    """One line per release: what its environment had to resolve beside the release, and why."""
+    out = []
+    for s in sides:
+        if s.env is None:
+            out.append(f"{s.version}: the installed release, in the project's environment")
+        else:
+            what = f"{s.version} (candidate {s.env.source}, content sha256 {s.env.content_hash})" \
+                if s.env.source else s.version
+            phrases = [resolution_phrase(r) for r in s.env.resolved] + [unmet_phrase(u) for u in s.env.unmet]
+            out.append(f"{what}: {'; '.join(phrases)}" if phrases else
+                       f"{what}: the release alone; the project's environment satisfies all its requirements")
+    return out
+
+
+def _report_sections(env_lines: list[str], bisect_doc: dict | None, dist: str) -> tuple[str, str]:
+    """Markdown and HTML of the audit's own sections: environments, and the bisect evidence."""
+    from html import escape
+
+    md = ["", "## Release environments", ""] + [f"- {ln}" for ln in env_lines]
+    html = ["<h2>Release environments</h2><ul>"] + [f"<li>{escape(ln)}</li>" for ln in env_lines] + ["</ul>"]
+    if bisect_doc:
+        md += ["", f"## Bisect over {len(bisect_doc['releases'])} releases of {dist}", ""]
+        md += [f"- {ln}" for ln in bisect_doc["lines"]]
+        md += ["", "| release | implementation | norm | ξ | ASR | verdict vs first |", "|---|---|---|---|---|---|"]
+        html += [f"<h2>Bisect over {len(bisect_doc['releases'])} releases of {escape(dist)}</h2><ul>"]
+        html += [f"<li>{escape(ln)}</li>" for ln in bisect_doc["lines"]] + ["</ul><table><tr><th>release</th>"
+                 "<th>implementation</th><th>norm</th><th>ξ</th><th>ASR</th><th>verdict vs first</th></tr>"]
+        for t in bisect_doc["tested"]:
+            if t.get("error"):
+                md.append(f"| {t['version']} | — | — | — | — | not testable: {t['error']} |")
+                html.append(f"<tr><td>{escape(t['version'])}</td><td colspan=5>not testable: "
+                            f"{escape(t['error'])}</td></tr>")
+            for r in t.get("implementations", []):
+                xi, asr = (f"{v:.3f}" if isinstance(v, float) else "—" for v in (r["optimality"], r["asr"]))
+                cells = [t["version"], r["implementation"], r["norm"], xi, asr, r["verdict"]]
+                md.append("| " + " | ".join(cells) + " |")
+                html.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+        html.append("</table>")
+    return "\n".join(md) + "\n", "\n".join(html)
+
+
+def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float | None = None,
+          bisect_range: bool = False, echo=print) -> dict:
+    """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
+    release that cannot be installed. ``bisect_range``: also find, over the releases between the
+    two on the package index, the first at which each changed implementation's verdict changed."""
+    from attackaudit import fidelity
+    from attackaudit.reports.html import render_compare_html
+    from attackaudit.reports.markdown import render_compare_markdown
+
+    from attackaudit.run.config import resolve
+
+    library, dist, named = parse_releases(releases)
+    installed = installed_version(dist)
+    if bisect_range and (len(named) != 2 or any(r.source for r in named)):
+        raise ValueError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
+    if len(named) == 1:
+        if named[0].version == installed:
+            raise ValueError(f"{dist}=={installed} is the installed release; name another one, or two releases")
+        if installed == "none":
+            raise ValueError(f"{dist} is not installed here: name two releases, {dist}==V1 {dist}==V2")
+        # before = the older release; a candidate comes after the installed release it is compared with
+        named = [Release(installed), named[0]] if named[0].source else \
+            sorted([named[0], Release(installed)], key=lambda r: version_key(r.version))
+    versions = [r.version for r in named]
+    out = Path(out)
+    # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
+    base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
+    if bisect_range:
+        versions = sorted(versions, key=version_key)
+        named = [Release(v) for v in versions]
+        between = index_releases(dist, *versions)  # before any install: a typo fails fast
+    sides = [prepare_side(release, installed, dist, library, out, echo) for release in named]
+    versions = [s.version for s in sides]
+    for side in sides:
+        run_side(side, base, library, echo)
+    if all(s.empty for s in sides):
+        raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
+                         "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
+    diff, subset_hash, tables = compare_sides(*sides, alpha=alpha, min_delta=min_delta)
+    out.mkdir(parents=True, exist_ok=True)
+    diff.to_csv(out / "diff.csv", index=False)
+    counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
+
+    bisect_doc = None
+    if bisect_range:
+        tested_sides = {s.version: s for s in sides}
+
+        def measure(version: str) -> dict:
+            side = prepare_side(version, installed, dist, library, out, echo)
+            run_side(side, base, library, echo)
+            tested_sides[version] = side
+            return measures(compare_sides(sides[0], side, alpha=alpha, min_delta=min_delta)[0], "b")
+
+        changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
+                   if r["verdict"] != "unchanged"}
+        changes, evidence = bisect(between, changed, measure, echo)
+        first = {k: {**v, "verdict": "first release"} for k, v in measures(diff, "a").items()}
+        evidence = {versions[0]: first, **evidence, versions[1]: measures(diff, "b")}
+        tested = []
+        for version in sorted(evidence, key=version_key):
+            found = evidence[version]
+            side = tested_sides.get(version)
+            entry = {"version": version, **(side_doc(side) if side else {})}
+            if "error" in found:
+                entry["error"] = found["error"]
+            else:
+                entry["implementations"] = [{"implementation": k[0], "norm": k[1], **v}
+                                            for k, v in sorted(found.items())]
+            tested.append(entry)
+        bisect_doc = {"releases": between, "changes": changes, "tested": tested,
+                      "evidence": "ξ and ASR of each tested release against the joint envelope of the first "
+                                  "release and that release, as its verdict against the first uses them",
+                      "lines": bisect_lines(changes, dist, len(between), len(evidence))}
+
+    env_lines = environment_lines(sorted(tested_sides.values(), key=lambda s: version_key(s.version))
+                                  if bisect_range else sides)
+    doc = _clean({
+        "library": library, "distribution": dist,
+        "before": side_doc(sides[0]), "after": side_doc(sides[1]),
+        "environments": env_lines,
+        "grid": {"models": base.models, "dataset": base.dataset, "families": base.families, "norms": base.norms,
+                 "attacks": base.attacks, "samples": base.samples, "budget": base.budget, "seed": base.seed,
+                 "steps_scale": base.steps_scale, "targeted": base.targeted, "subset_hash": subset_hash},
+        "rule": fidelity.VERDICT_RULE, "alpha": alpha, "min_delta": min_delta, "counts": counts,
+        "implementations": implementation_records(diff),
+        **({"bisect": bisect_doc} if bisect_doc else {}),
+    })
+    (out / "audit.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    label_a = f"{dist} {sides[0].label} ({sides[0].run_dir})"
+    label_b = f"{dist} {sides[1].label} ({sides[1].run_dir})"
+    extra_md, extra_html = _report_sections(env_lines, doc.get("bisect"), dist)
+    (out / "audit.md").write_text(render_compare_markdown(diff, label_a, label_b) + extra_md, encoding="utf-8")
+    page = render_compare_html(diff, label_a, label_b, tables=tables)
+    at = page.rfind("</body>")
+    page = page[:at] + extra_html + page[at:] if at >= 0 else page + extra_html
+    (out / "audit.html").write_text(page, encoding="utf-8")
+    for record in doc["implementations"]:
+        echo(record["line"])
+    for line in (bisect_doc or {}).get("lines", []):
+        echo(line)
+    echo(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "
+         f"audit: {out / 'audit.json'}; report: {out / 'audit.html'}")
+    return doc
+
+
+# -- command line -------------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("releases", nargs="+", metavar="LIB==V|LIB@PATH",
+                   help="one or two releases, e.g. adv-lib==0.2.6 adv-lib==0.2.8 (one: against the installed); "
+                        "LIB@PATH is a release candidate: a wheel, an sdist or a source tree")
+    p.add_argument("--out", required=True, help="audit directory: a run per release, audit.json, audit.md|html")
+    add_grid_arguments(p)
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="family-wise significance level of the paired tests (Holm), as in reports and flags")
+    p.add_argument("--min-delta", dest="min_delta", type=float, default=None,
+                   help="materiality margin δ: the smallest per-image relative change in distance that counts "
+                        "(default 0.05)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
+    p.add_argument("--bisect", action="store_true",
+                   help="also bisect the releases between the two on the package index: the first release at "
+                        "which each changed implementation's verdict changed, with each tested release's ξ and ASR")
+
+
+def main(args: argparse.Namespace) -> int:
+    flags = grid_flags(args)
+    doc = audit(args.releases, args.out, flags, alpha=args.alpha, min_delta=args.min_delta,
+                bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout))
+    return 1 if args.strict and doc["counts"].get("regressed") else 0

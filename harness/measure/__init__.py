@@ -1,0 +1,1 @@
+"""Measuring an attack: the QueryTracker and its parts, success, distances, the minimal-ε search."""

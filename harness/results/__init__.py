@@ -1,0 +1,1 @@
+"""The result row schema and the run directory store."""

@@ -1,0 +1,29 @@
+"""The per-sample result schema (docs/architecture.md "The result schema"), torch-free so fidelity can share it."""
+
+#: per-sample evidence for the defect rules of fidelity/defects.py (absent in older runs, where
+#: those rules do not apply): the class the attack's output reached (``returned_class``; −1 for
+#: none or a tie), and what a fixed-ε attack returned for the balls the minimal-ε search gave it
+#: (harness/measure/minimal.py ``BallRecord``: calls, calls outside the ball, the largest distance/ε and
+#: its ε, the largest ε at which a moved row failed and its distance/ε; 0 and NaN for minimal attacks)
+DEFECT_COLUMNS = ["returned_class", "ball_calls", "ball_out", "ball_worst_ratio", "ball_worst_eps",
+                  "eps_fail_max", "eps_fail_ratio"]
+
+ROW_COLUMNS = [
+    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
+    "library", "library_version", "attack", "implementation", "family", "norm", "kind",
+    "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
+    "best_dropped",  # stored bests the end-of-job re-check found not adversarial (absent in old runs)
+    "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
+    "returned_adversarial", "status", "error", "wall_s",
+    *DEFECT_COLUMNS,
+]
+
+#: a row's ``status``: ``unsupported`` means attackaudit's adapter cannot call this release of the
+#: library the way the job needs (``adapters/release.py`` ``Unsupported``): our limitation, shown
+#: apart from the library's crashes and never counted as one, nor as the attack's disappearance
+STATUSES = ("ok", "crash", "timeout", "invalid", "unsupported")
+UNSUPPORTED = "unsupported"
+
+#: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
+#: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it
+OUT_OF_BOX_ERROR = "outside the [0, 1] box"

@@ -1,0 +1,124 @@
+"""Result store: ``runs/<name>/jobs/<job_id>.parquet`` (atomic), ``manifest.json``, logs.
+
+A job file is written to a temporary name and renamed, so a killed run never leaves a partial
+file under the final name; a file that still fails to read (truncated by a crashing disk, say) is
+treated as missing and its job re-run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used (not writable, or holds another config)."""
+
+
+def jobs_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "jobs"
+
+
+def logs_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "logs"
+
+
+def repeat_dir(run_dir: Path) -> Path:
+    """Where ``run --repeat 2`` keeps its second run of the first model's jobs (a run directory of
+    its own: ``jobs/``, ``logs/``), which reports compare with the first (``nondeterminism``)."""
+    return Path(run_dir) / "repeat"
+
+
+def job_path(run_dir: Path, job_id: str) -> Path:
+    return jobs_dir(run_dir) / f"{job_id}.parquet"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_job(run_dir: Path, job_id: str, rows: pd.DataFrame) -> Path:
+    """Write one job's rows atomically; returns the final path."""
+    path = job_path(run_dir, job_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        rows.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def job_is_complete(run_dir: Path, job_id: str) -> bool:
+    """True when the job's file exists and its Parquet footer and row count read back."""
+    path = job_path(run_dir, job_id)
+    if not path.exists():
+        return False
+    try:
+        meta = pq.read_metadata(path)
+        return meta.num_rows > 0
+    except Exception:
+        return False
+
+
+def read_manifest(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> None:
+    atomic_write_bytes(Path(run_dir) / "manifest.json",
+                       (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def load_run(run_dir: str | Path) -> pd.DataFrame:
+    """All per-sample rows of a run (one row per sample per job), as a pandas DataFrame.
+
+    Unreadable job files are skipped (the next run of the same command re-runs them).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    frames = []
+    for path in sorted(jobs_dir(run_dir).glob("*.parquet")):
+        try:
+            frames.append(pd.read_parquet(path))
+        except Exception:
+            continue
+    if not frames:
+        from attackaudit.results.schema import ROW_COLUMNS
+        return pd.DataFrame(columns=ROW_COLUMNS)
+    return pd.concat(frames, ignore_index=True)
+
+
+def ensure_writable(run_dir: Path) -> None:
+    """Create ``run_dir`` and prove it is writable, or raise RunDirError with one line."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise RunDirError(f"--out {run_dir} is not writable ({exc.strerror or exc}); choose another directory") from None

@@ -1,0 +1,1 @@
+"""Running a grid: config, grid arguments, runner, executors, worker, one job."""

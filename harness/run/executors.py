@@ -1,0 +1,288 @@
+"""Executors: run jobs isolated (local child processes) or on a Dask cluster.
+
+Either way a job is a pure function of its ``Job`` that writes its own result file, so no
+coordination is needed; what the executor adds is turning a worker's death, a hang past the
+timeout or a memory blow-up into ``crash``/``timeout`` rows, and never stopping the grid.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+from attackaudit.run.job import Job, failure_rows
+from attackaudit.results.store import logs_dir, write_job
+
+OnDone = Callable[[Job, dict], None]
+#: ``on_progress(worker slot, job, samples done, samples, budget fraction used in the running batch)``
+OnProgress = Callable[[int, Job, int, int, float], None]
+
+
+@dataclass
+class Limits:
+    timeout_s: float = 900.0
+    memory_limit_mb: int = 8192
+
+
+def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict:
+    """Write ``status`` rows for a job whose worker produced nothing, and log the cause."""
+    from attackaudit.results.store import job_is_complete
+    from attackaudit.run.worker import job_subset, resolve_spec
+
+    if job_is_complete(run_dir, job.job_id):  # the worker wrote its rows, then died: keep them
+        return {"job_id": job.job_id, "status": "ok"}
+    subset = job_subset(job.dataset, job.samples, job.seed)
+    spec, version, _ = resolve_spec(job)
+    log = logs_dir(run_dir) / f"{job.job_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        fh.write(f"{status}: {error}\n")
+    write_job(run_dir, job.job_id, failure_rows(job, subset, status, error, spec, version))
+    return {"job_id": job.job_id, "status": status, "error": error}
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class _Worker:
+    """One persistent child process running ``worker_loop``; restarted after it dies."""
+
+    def __init__(self, ctx, threads: int) -> None:
+        from attackaudit.run.worker import worker_loop
+
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_loop, args=(child, threads), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job: Job | None = None
+        self.last_spec = ""
+        self.specs: set[str] = set()  # the attacks this worker has run (paid their one-off costs)
+        self.started = 0.0
+        self._ps: psutil.Process | None = None
+
+    def submit(self, job: Job, run_dir: Path) -> None:
+        self.job, self.started, self.last_spec = job, time.monotonic(), job.spec_key
+        self.specs.add(job.spec_key)
+        self.conn.send((job, str(run_dir)))
+
+    def rss_mb(self) -> float:
+        try:
+            if self._ps is None:
+                self._ps = psutil.Process(self.proc.pid)
+            proc = self._ps
+            return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+        except psutil.Error:
+            return 0.0
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(5)
+        self.kill()
+
+
+def _next_for(queue: list[Job], last_spec: str, others: set[str] = frozenset()) -> int:
+    """Queue position of the next job for a worker: the same attack as its last one if any, else
+    the first job of an attack no other worker has run (``others``), else the first job.
+
+    A worker's first job of an attack pays its one-off costs, and for foolbox's Brendel-Bethge
+    these are large: numba compiles its trust-region solver per process, 25-85 s of CPU per norm
+    (jitclass code cannot be cached on disk). Keeping an attack on the worker that first ran it
+    pays them once per run instead of once per worker; the last rule keeps every worker busy.
+    """
+    same = next((i for i, job in enumerate(queue) if job.spec_key == last_spec), None)
+    if same is not None:
+        return same
+    return next((i for i, job in enumerate(queue) if job.spec_key not in others), 0)
+
+
+#: seconds between two checks of a running job's time and memory limits (the parent otherwise
+#: sleeps until a worker sends something or dies)
+LIMIT_CHECK_S = 1.0
+
+
+class LocalExecutor:
+    """``workers`` persistent child processes; each job isolated by its process boundary."""
+
+    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int | None = None,
+                 keep_alive: bool = False) -> None:
+        self.workers = max(1, workers)
+        self.limits = limits or Limits()
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
+        self.ctx = mp.get_context("spawn")
+        self.keep_alive = keep_alive  # reuse the child processes across run() calls
+        self._pool: list[_Worker] = []
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        queue = list(jobs)
+        pool = self._pool
+        pool[:] = [w for w in pool if w.proc.is_alive()]
+        while len(pool) < min(self.workers, len(queue)):
+            pool.append(_Worker(self.ctx, self.threads))
+        last_check = time.monotonic()
+        try:
+            while queue or any(w.job for w in pool):
+                for w in pool:
+                    if w.job is None and queue:
+                        others = set().union(*(v.specs for v in pool if v is not w))
+                        w.submit(queue.pop(_next_for(queue, w.last_spec, others)), run_dir)
+                busy = [w for w in pool if w.job is not None]
+                # block until a worker answers or dies: polling costs the parent CPU the workers need
+                wait([x for w in busy for x in (w.conn, w.proc.sentinel)], timeout=LIMIT_CHECK_S)
+                check_limits = time.monotonic() - last_check >= LIMIT_CHECK_S
+                if check_limits:
+                    last_check = time.monotonic()
+                for i, w in enumerate(pool):
+                    if w.job is None:
+                        continue
+                    result = self._poll(w, run_dir, lambda *p, i=i, w=w: on_progress and on_progress(i, w.job, *p),
+                                        check_limits)
+                    if result is None:
+                        continue
+                    job, w.job = w.job, None
+                    on_done(job, result)
+                    if result.get("restart"):
+                        w.kill()
+                        pool[i] = _Worker(self.ctx, self.threads)
+                        pool[i].specs = w.specs  # its one-off costs are lost, but not its claim
+        finally:
+            if not self.keep_alive:
+                for w in pool:
+                    w.stop()
+                pool.clear()
+
+    def _poll(self, w: _Worker, run_dir: Path, progress: Callable[..., object],
+              check_limits: bool = True) -> dict | None:
+        """The job's result if it ended (normally or not), else None; progress messages on the
+        way go to ``progress(done, total, budget fraction)``. Time and memory limits are checked
+        only when ``check_limits`` (reading every process's memory is not free)."""
+        while w.conn.poll():
+            try:
+                message = w.conn.recv()
+            except (EOFError, OSError):
+                break
+            if "ready" in message:
+                # a job sent to a starting worker is timed from the end of its imports, so a
+                # restart after a crash does not eat into the next job's --timeout
+                w.started = time.monotonic()
+                continue
+            if "progress" not in message:
+                return message
+            progress(*message["progress"])
+        if not w.proc.is_alive():
+            w.proc.join(1)
+            cause = f"worker died ({_signal_name(w.proc.exitcode)})"
+            return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+        if not check_limits:
+            return None
+        elapsed = time.monotonic() - w.started
+        if elapsed > self.limits.timeout_s:
+            w.kill()
+            cause = f"timed out after {self.limits.timeout_s:g} s"
+            return record_failure(w.job, run_dir, "timeout", cause) | {"restart": True}
+        rss = w.rss_mb()
+        if rss > self.limits.memory_limit_mb:
+            w.kill()
+            cause = f"memory limit exceeded ({rss:.0f} MiB > {self.limits.memory_limit_mb} MiB)"
+            return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+        return None
+
+
+class InProcessExecutor:
+    """Jobs one after another in this process: no isolation, time or memory limit (an attack's
+    exception still becomes rows; a segfault ends the caller). For a model that cannot be sent to
+    worker processes (``attackaudit.compare`` on a model that does not pickle)."""
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        from attackaudit.run.worker import execute_job
+
+        for job in jobs:
+            def progress(done: int, total: int, used: float, job: Job = job) -> None:
+                if on_progress is not None:
+                    on_progress(0, job, done, total, used)
+            on_done(job, execute_job(job, run_dir, progress))
+
+
+_DASK_CHILD: LocalExecutor | None = None
+
+
+def _isolated_job(job: Job, run_dir: str, timeout_s: float, memory_limit_mb: int) -> dict:
+    """A Dask task: the job in a one-shot child process, with the same limits as locally."""
+    if mp.current_process().daemon:  # a daemonic Dask worker may not fork: run in-process
+        from attackaudit.run.worker import execute_job
+
+        return execute_job(job, run_dir)
+    global _DASK_CHILD
+    if _DASK_CHILD is None or (_DASK_CHILD.limits.timeout_s, _DASK_CHILD.limits.memory_limit_mb) != (
+            timeout_s, memory_limit_mb):
+        # one persistent child per Dask worker process: imports are paid once, not per job
+        _DASK_CHILD = LocalExecutor(1, Limits(timeout_s, memory_limit_mb), threads=1, keep_alive=True)
+    results: list[dict] = []
+    _DASK_CHILD.run([job], Path(run_dir), lambda _job, result: results.append(result))
+    return results[0]
+
+
+class DaskExecutor:
+    """Send jobs to a Dask cluster (``scheduler`` address) or a LocalCluster of ``workers``."""
+
+    def __init__(self, scheduler: str | None = None, workers: int = 1, limits: Limits | None = None) -> None:
+        self.scheduler = scheduler
+        self.workers = max(1, workers)
+        self.limits = limits or Limits()
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        """``on_progress`` is accepted for the executors' common signature and never called: a
+        Dask task reports only its end."""
+        from distributed import Client, LocalCluster, as_completed
+
+        jobs = list(jobs)
+        cluster = None
+        if self.scheduler:
+            client = Client(self.scheduler)
+        else:
+            import dask
+
+            dask.config.set({"distributed.worker.daemon": False})  # lets a task isolate its job
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        try:
+            futures = {client.submit(_isolated_job, job, str(Path(run_dir).resolve()), self.limits.timeout_s,
+                                     self.limits.memory_limit_mb, key=f"attackaudit-{job.job_id}", pure=False): job
+                       for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    result = record_failure(job, run_dir, "crash", f"dask task failed: {type(exc).__name__}: {exc}")
+                on_done(job, result)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()

@@ -1,0 +1,314 @@
+"""One job: one model × one attack implementation (one norm) on the run's subset.
+
+``execute_job`` is a pure function of its ``Job``: it loads the model, data and spec itself,
+attacks through a QueryTracker, re-checks what came back on the unwrapped model, and returns the
+per-sample rows. A crashing or misbehaving attack becomes rows with ``status`` and ``error``;
+whatever the tracker saw before the failure is kept.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from attackaudit.adapters.release import Unsupported
+
+import attackaudit.sources.twins as twins
+from attackaudit.measure.distance import lp_norm
+from attackaudit.measure.minimal import BallRecord, minimal_search
+from attackaudit.results.schema import OUT_OF_BOX_ERROR, ROW_COLUMNS, UNSUPPORTED
+from attackaudit.measure.success import is_success
+from attackaudit.measure.tracker import BOX_TOLERANCE, QueryTracker
+from attackaudit.sources.zoo import PERM_SUFFIX, perm_twin_classes
+
+#: ``progress(samples done, samples in the job, fraction of the budget used in the running batch)``
+JobProgress = Callable[[int, int, float], None]
+
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs to run one job, picklable and hashable."""
+
+    run: str
+    model: str
+    spec_key: str
+    dataset: str = "digits"
+    samples: int = 32
+    seed: int = 0
+    budget: int = 2000
+    targeted: bool = False
+    device: str = "cpu"
+    batch_size: int = 0  # 0: the whole subset in one batch
+    steps_scale: float = 1.0  # scales each spec's iteration count (quick runs, tests)
+    plugins: tuple[str, ...] = field(default=())
+    model_source: str = ""  # empty: the embedded zoo
+    model_dir: str = ""  # RobustBench layout root ("" = ./models)
+    threat_model: str = ""  # RobustBench threat model for sources that name none ("" = Linf)
+    allow_download: bool = False  # may the model source download weights
+    trust_checkpoint: bool = False  # unpickle checkpoints in full
+
+    @property
+    def job_id(self) -> str:
+        fields = asdict(self) | {"run": ""}
+        # loading permissions never change results; the RobustBench options only count when set,
+        # so the ids of zoo jobs stay what they were before these fields existed
+        for key in ("allow_download", "trust_checkpoint"):
+            fields.pop(key)
+        for key in ("model_dir", "threat_model"):
+            if not fields[key]:
+                fields.pop(key)
+        blob = json.dumps(fields, sort_keys=True).encode()
+        safe = "".join(c if c.isalnum() else "-" for c in f"{self.model}__{self.spec_key}")
+        return f"{safe}__{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+def one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def output_problem(adv: object, inputs: Tensor) -> str:
+    """Why an attack's return value is invalid, or '' when it is a proper adversarial batch."""
+    if not isinstance(adv, Tensor):
+        return f"returned {type(adv).__name__}, expected a torch.Tensor"
+    if adv.shape != inputs.shape:
+        return f"returned shape {tuple(adv.shape)}, expected {tuple(inputs.shape)}"
+    if not adv.dtype.is_floating_point:
+        return f"returned dtype {adv.dtype}, expected a floating-point tensor"
+    if not torch.isfinite(adv).all():
+        return f"returned {int((~torch.isfinite(adv)).flatten(1).any(1).sum())} samples with NaN or inf"
+    lo, hi = float(adv.min()), float(adv.max())
+    if lo < -BOX_TOLERANCE or hi > 1 + BOX_TOLERANCE:
+        return f"returned values in [{lo:.4g}, {hi:.4g}], {OUT_OF_BOX_ERROR}"
+    return ""
+
+
+def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
+                        targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
+                        clean_logits: Tensor | None = None,
+                        record: BallRecord | None = None) -> tuple[QueryTracker, object, str]:
+    """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
+
+    Fixed-ε specs go through the minimal-ε search, which fills ``record`` when given
+    (``BallRecord.empty(inputs)``). An exception becomes the error line; the tracker (and the
+    record) keep what they saw before it.
+    """
+    targeted = targets is not None
+    tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
+                           targets=targets, on_progress=on_progress, clean_logits=clean_logits)
+    kw = {"targeted": True, "targets": targets} if targeted else {}
+    try:
+        if spec.kind == "minimal":
+            # a private copy: some attacks change their input in place (adv-lib's tr detaches it)
+            returned = spec.run(tracker, inputs.clone(), labels.clone(), **kw)
+        else:
+            def attack(idx: Tensor, x: Tensor, eps):
+                sub_kw = {"targeted": True, "targets": targets[idx]} if targeted else {}
+                tracker.expect(idx)  # the search attacks a subset: tell the tracker which
+                try:
+                    adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **sub_kw)
+                finally:
+                    tracker.expect(None)
+                problem = output_problem(adv, x)
+                if problem:
+                    raise InvalidOutput(problem)
+                return adv
+
+            def success(x: Tensor, idx: Tensor) -> Tensor:
+                # a counted query through the tracker (README "How a run is measured"): past the
+                # budget it answers "not adversarial", so the search cannot steer for free
+                tracker.expect(idx)
+                try:
+                    with torch.no_grad():
+                        return tracker.judge(tracker(x), idx)
+                finally:
+                    tracker.expect(None)
+
+            returned = minimal_search(attack, inputs, spec.norm, success, lambda: tracker.queries,
+                                      budget, per_sample_eps=spec.per_sample_eps,
+                                      clean_adversarial=tracker.clean_adversarial, record=record)
+    except InvalidOutput as exc:
+        return tracker, None, f"invalid: {exc}"
+    except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
+        return tracker, None, f"{UNSUPPORTED}: {exc}"
+    except Exception as exc:
+        return tracker, None, one_line(exc)
+    return tracker, returned, ""
+
+
+class InvalidOutput(Exception):
+    """An attack returned something that is not a valid adversarial batch."""
+
+
+def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, targets: Tensor | None,
+             log=None, progress: JobProgress | None = None, clean_logits: Tensor | None = None) -> pd.DataFrame:
+    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows.
+
+    ``progress(samples done, samples, budget fraction used in the current batch)`` is called as
+    the job goes: after each batch, and while one runs. ``clean_logits`` (N×classes, from
+    ``clean_logits``) spares each batch's tracker its own clean forward. A run twin
+    (``attackaudit.sources.twins``) runs the attack with another seed (``M~seed``) or one sample per call
+    (``M~split``)."""
+    spec = twins.twin_spec(spec, job.model)
+    seed_everything(twins.attack_seed(job.model, job.seed))
+    device = torch.device(job.device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
+    inputs, labels = subset.inputs.to(device), subset.labels.to(device)
+    tgt = targets.to(device) if targets is not None else None
+    model = model.to(device).eval()
+    if job.model.endswith(PERM_SUFFIX):  # the twin's classes are σ of the base model's
+        labels, tgt = perm_twin_classes(model, inputs, labels, tgt, clean_logits)
+    start = time.perf_counter()
+    batches = _batches(len(labels), twins.batch_size(job.model, job.batch_size))
+    trackers, returned_parts, errors, records = [], [], [], []
+    for sl in batches:
+        on_queries = None
+        if progress is not None:
+            def on_queries(used: int, done: int = sl.start) -> None:
+                progress(done, len(labels), min(1.0, used / job.budget))
+        record = BallRecord.empty(inputs[sl]) if spec.kind == "fixed" else None
+        tracker, returned, error = attack_with_tracker(
+            spec, model, inputs[sl], labels[sl], budget=job.budget,
+            targets=tgt[sl] if tgt is not None else None, on_progress=on_queries,
+            clean_logits=clean_logits[sl].to(device) if clean_logits is not None else None, record=record)
+        tracker.on_progress = None  # reading its results later must not report this batch again
+        if progress is not None:
+            progress(sl.stop, len(labels), 0.0)
+        if error and log is not None:
+            log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
+        trackers.append(tracker)
+        returned_parts.append(returned)
+        errors.append(error)
+        records.append(record)
+    wall = time.perf_counter() - start
+
+    frames = []
+    for sl, tracker, returned, error, record in zip(batches, trackers, returned_parts, errors, records):
+        x, y = inputs[sl], labels[sl]
+        t = tgt[sl] if tgt is not None else None
+        status = "ok"
+        if error:
+            status = next((k for k in ("invalid", UNSUPPORTED) if error.startswith(f"{k}: ")), "crash")
+            error = error.removeprefix(f"{status}: ")
+        elif (problem := output_problem(returned, x)):
+            status, error = "invalid", problem
+        n = len(y)
+        ret_adv = np.zeros(n, dtype=bool)
+        ret_dist = np.full(n, np.inf)
+        if status == "ok":
+            adv = returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
+            ok = tracker.offer(adv)
+            ret_adv = ok.cpu().numpy()
+            dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
+            ret_dist = np.where(ret_adv, dist, np.inf)
+        dropped = tracker.recheck()  # a best that is not adversarial on the model is not reported
+        best = tracker.best_adversarial - x
+        found = torch.isfinite(tracker.best_distance).cpu().numpy()
+        frame = pd.DataFrame({
+            "sample": subset.indices[sl.start:sl.stop],
+            "label": y.cpu().numpy(),
+            "clean_correct": tracker.clean_correct.cpu().numpy(),
+            "target": t.cpu().numpy() if t is not None else np.full(n, -1),
+            "forwards": tracker.forwards.cpu().numpy(),
+            "backwards": tracker.backwards.cpu().numpy(),
+            "refused": tracker.refused.cpu().numpy(),
+            "best_dropped": dropped.cpu().numpy(),
+            "best_distance": tracker.best_distance.cpu().numpy().astype(float),
+            **{f"best_{nm}": np.where(found, lp_norm(best, nm).cpu().numpy().astype(float), np.inf)
+               for nm in ("l0", "l1", "l2", "linf")},
+            "returned_distance": ret_dist,
+            "returned_adversarial": ret_adv,
+            "status": status,
+            "error": error,
+            **_defect_columns(tracker, x, returned if status == "ok" else None, record),
+        })
+        frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.assign(
+        run=job.run, job_id=job.job_id, model=job.model, dataset=subset.dataset,
+        subset_hash=subset.hash, library=spec.library, library_version=library_version,
+        attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm, kind=spec.kind,
+        params_hash=spec.params_hash, params=json.dumps(dict(spec.params), sort_keys=True, default=str),
+        targeted=job.targeted, budget=job.budget, wall_s=wall)
+    return rows[ROW_COLUMNS]
+
+
+def _strict_class(logits: Tensor) -> Tensor:
+    """Per row of ``logits`` (N×classes), the class whose logit is strictly above every other, or
+    −1 on a tie at the top (the one success rule: no class wins a tie)."""
+    top = logits.argmax(1)
+    return torch.where(is_success(logits, top, top), top, torch.full_like(top, -1))
+
+
+def _defect_columns(tracker: QueryTracker, x: Tensor, returned: Tensor | None,
+                    record: BallRecord | None) -> dict[str, np.ndarray]:
+    """The per-sample columns the defect rules of fidelity/defects.py read, for one batch (N):
+    ``returned_class``, the class the attack's output reached (the returned row of a minimal
+    attack, the row returned at the largest ε the search tried for a fixed-ε one; −1 when there is
+    none or the top is tied), judged once on the unwrapped model, uncounted like the re-check of
+    bests; and the minimal-ε search's ``BallRecord`` (``ball_*``, ``eps_fail_*``; 0 calls and NaN
+    for minimal attacks)."""
+    n = len(x)
+    final = record.widest if record is not None else returned
+    returned_class = np.full(n, -1)
+    if final is not None:
+        with torch.no_grad():
+            logits = tracker.model(final.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1))
+        returned_class = _strict_class(logits).cpu().numpy()
+    if record is None:
+        nan = np.full(n, np.nan)
+        return {"returned_class": returned_class, "ball_calls": np.zeros(n, dtype=int), "ball_out": np.zeros(n, dtype=int),
+                "ball_worst_ratio": nan, "ball_worst_eps": nan, "eps_fail_max": nan, "eps_fail_ratio": nan}
+    return {"returned_class": returned_class, "ball_calls": record.calls.numpy(), "ball_out": record.out.numpy(),
+            **{column: getattr(record, name).numpy().astype(float) for column, name in (
+                ("ball_worst_ratio", "worst_ratio"), ("ball_worst_eps", "worst_eps"),
+                ("eps_fail_max", "fail_eps"), ("eps_fail_ratio", "fail_ratio"))}}
+
+
+def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_version: str = "",
+                 clean_correct: np.ndarray | None = None) -> pd.DataFrame:
+    """Rows for a job that produced nothing (worker died, timed out, spec missing)."""
+    implementation, _, norm = job.spec_key.rpartition("/")
+    library, _, name = implementation.partition("/")
+    return pd.DataFrame({
+        "run": job.run, "job_id": job.job_id, "model": job.model, "dataset": subset.dataset,
+        "subset_hash": subset.hash, "sample": subset.indices, "label": subset.labels.numpy(),
+        "clean_correct": clean_correct if clean_correct is not None else False,
+        "library": library, "library_version": library_version, "attack": name.split(":")[0],
+        "implementation": implementation, "family": spec.family if spec else "", "norm": norm,
+        "kind": spec.kind if spec else "", "params_hash": spec.params_hash if spec else "",
+        "params": json.dumps(dict(spec.params), sort_keys=True, default=str) if spec else "{}",
+        "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
+        "refused": 0, "best_dropped": 0, "best_distance": np.inf, "best_l0": np.inf, "best_l1": np.inf, "best_l2": np.inf,
+        "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
+        "status": status, "error": error, "wall_s": 0.0, "returned_class": -1, "ball_calls": 0, "ball_out": 0,
+        "ball_worst_ratio": np.nan, "ball_worst_eps": np.nan, "eps_fail_max": np.nan, "eps_fail_ratio": np.nan,
+    })[ROW_COLUMNS]
+
+
+def clean_logits(model: nn.Module, inputs: Tensor, batch_size: int) -> Tensor:
+    """The model's logits on ``inputs`` (N×…), in the job's batches (same batches, same numbers)."""
+    with torch.no_grad():
+        return torch.cat([model(inputs[sl]) for sl in _batches(len(inputs), batch_size)])
+
+
+def _batches(n: int, batch_size: int) -> list[slice]:
+    size = batch_size if batch_size and batch_size > 0 else n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]

@@ -1,0 +1,287 @@
+"""The grid: models × attack implementations (one per norm) on one hashed subset.
+
+``plan`` resolves which jobs a config means; ``run`` executes the unfinished ones with an
+executor, so rerunning the same command resumes a killed run and re-executes only what is missing.
+"""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from attackaudit.run.config import ConfigError, RunConfig
+from attackaudit.run.executors import DaskExecutor, Limits, LocalExecutor
+from attackaudit.run.job import Job
+from attackaudit.results.store import ensure_writable, job_is_complete, read_manifest, repeat_dir, write_manifest
+from attackaudit.sources.twins import has_job, run_twin_models, twin_samples
+from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, twin_of
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    skipped: list[dict]          # specs not run, with the reason (e.g. no targeted mode)
+    unavailable: list[dict]      # libraries that failed to import
+    versions: dict[str, str]
+    subset_hash: str
+    specs: dict[str, dict] = field(default_factory=dict)
+    subset: object = None        # the attacked samples (attackaudit.sources.data.Subset)
+    notes: list[str] = field(default_factory=list)  # --plugin attacks the filters left out, said on stderr
+    plugin_fingerprints: dict[str, str] = field(default_factory=dict)  # plugin file -> fingerprint
+
+
+def _excluded_by(spec, config: RunConfig) -> str:
+    """The name filter (--families, --norms, --attacks) that leaves ``spec`` out, or ''."""
+    for flag, chosen, value in (("--families", config.families, spec.family), ("--norms", config.norms, spec.norm)):
+        if chosen is not None and value not in chosen:
+            return flag
+    if config.attacks is not None and not any(
+            a in (spec.key, spec.implementation, f"{spec.library}/{spec.name}") for a in config.attacks):
+        return "--attacks"
+    return ""
+
+
+def _matches(spec, config: RunConfig) -> bool:
+    if config.libraries is not None and spec.library not in config.libraries:
+        return False
+    return not _excluded_by(spec, config)
+
+
+def plan(config: RunConfig) -> Plan:
+    """The jobs of ``config``; raises ConfigError for names that match nothing."""
+    from attackaudit.adapters import BUILTIN_LIBRARIES, PluginError, catalogue
+
+    from attackaudit.sources.data import load_subset
+
+    known_libraries = set(BUILTIN_LIBRARIES)
+    try:
+        # only the libraries asked for: importing a built-in library takes seconds of the parent's CPU
+        entries = catalogue(config.libraries, plugins=config.plugins)
+        known_libraries |= {e.library for e in entries}
+        if any(lib not in known_libraries for lib in config.libraries or []):  # name them all
+            known_libraries |= {e.library for e in catalogue(None, plugins=config.plugins)}
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
+    for lib in config.libraries or []:
+        if lib not in known_libraries:
+            raise ConfigError(f"unknown library {lib!r}; known: {', '.join(sorted(known_libraries))}")
+    subset = load_subset(config.dataset, config.samples, config.seed)
+    models = list(config.models)
+    if config.metamorphic:  # the model twins on every model, the run twins on the first one
+        model_twins = [m + s for s in MODEL_TWIN_SUFFIXES for m in config.models if not twin_of(m)]
+        models += [m for m in model_twins + run_twin_models(config.models) if m not in models]
+    jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
+    left_out: dict[tuple[str, str], list[str]] = {}  # (plugin file, why) -> its attacks not run
+    for entry in entries:
+        # an explicit --plugin is a choice of library in itself: --libraries never drops it
+        if config.libraries is not None and entry.library not in config.libraries and entry.plugin is None:
+            continue
+        versions[entry.library] = entry.version
+        if not entry.available:
+            unavailable.append({"library": entry.library, "reason": entry.reason})
+            continue
+        for spec in entry.specs:
+            if entry.plugin is not None:
+                if (flag := _excluded_by(spec, config)):
+                    left_out.setdefault((entry.plugin.path, f"left out by {flag}"), []).append(spec.key)
+                    continue
+            elif not _matches(spec, config):
+                continue
+            if config.targeted and not spec.targeted_support:
+                skipped.append({"attack": spec.key, "reason": spec.note or "no targeted mode in this library"})
+                if entry.plugin is not None:
+                    left_out.setdefault((entry.plugin.path, "skipped by --targeted (targeted_support=False)"),
+                                        []).append(spec.key)
+                continue
+            if not config.targeted and spec.targeted_only:
+                skipped.append({"attack": spec.key, "reason": "targeted only: runs with --targeted"})
+                if entry.plugin is not None:
+                    left_out.setdefault((entry.plugin.path, "skipped: targeted only (targeted_only=True), "
+                                                            "run with --targeted"), []).append(spec.key)
+                continue
+            specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
+                               "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
+            for model in [m for m in models if has_job(m, spec)]:  # a seed twin: randomised specs only
+                jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
+                                samples=twin_samples(model, config.samples, config.split_samples),
+                                seed=config.seed, budget=config.budget,
+                                targeted=config.targeted, device=config.device,
+                                batch_size=config.batch_size, plugins=(entry.plugin.ref,) if entry.plugin else (),
+                                steps_scale=config.steps_scale,
+                                model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
+                                threat_model=config.threat_model, allow_download=config.allow_download,
+                                trust_checkpoint=config.trust_checkpoint))
+    if not jobs and not unavailable:
+        raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
+                          "`attackaudit attacks` lists the catalogue")
+    fingerprints = {e.plugin.path: e.plugin.fingerprint for e in entries if e.plugin is not None}
+    notes = [f"--plugin {path}: {len(keys)} attack{'s' * (len(keys) > 1)} {why}: {', '.join(keys)}"
+             for (path, why), keys in left_out.items()]
+    return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset, notes, fingerprints)
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    total: int
+    executed: int
+    counts: dict[str, int]
+    wall_s: float
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"{self.total} jobs: {c.get('ok', 0)} ok, {c.get('crash', 0)} crashed, "
+                f"{c.get('timeout', 0)} timed out, {c.get('invalid', 0)} invalid"
+                + (f", {c['unsupported']} unsupported by this release (ours, not the library's)" if c.get("unsupported") else "")
+                + " "
+                f"({self.executed} run now, {self.total - self.executed} already done) "
+                f"in {self.wall_s:.1f} s -> {self.run_dir}")
+
+
+def run_identity(config: RunConfig, p: Plan) -> dict:
+    """What determines results: the result config, plus each --plugin file's fingerprint (its
+    content and the library version it records), so that an edited plugin is a changed config."""
+    identity = config.result_config()
+    if p.plugin_fingerprints:
+        identity["plugin_fingerprints"] = p.plugin_fingerprints
+    return identity
+
+
+def check_resumable(run_dir: Path, config: RunConfig, current: dict | None = None) -> None:
+    manifest = read_manifest(run_dir)
+    if manifest is None or config.force:
+        return
+    previous = manifest.get("config", {})
+    current = config.result_config() if current is None else current
+    changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
+    if changed:
+        raise ConfigError(f"{run_dir} holds a run with a different config ({', '.join(changed)}); "
+                          "use another --out, or --force to run this config there")
+
+
+def repeat_jobs(config: RunConfig, jobs: list[Job]) -> list[Job]:
+    """The jobs ``--repeat 2`` runs a second time, into ``store.repeat_dir``: every job on the
+    first model, unchanged (same seed, same job id), so that two seeded runs can be compared."""
+    if config.repeat < 2:
+        return []
+    return [j for j in jobs if j.model == config.models[0]]
+
+
+def supersede(run_dir: Path, current: set[str]) -> None:
+    """Move the previous manifest's job files that ``current`` lacks to ``superseded/`` (--force):
+    ``load_run`` and reports read ``jobs/``, where they would mix two configs' results (an
+    edited plugin's old rows beside its new ones)."""
+    from attackaudit.results.store import job_path
+
+    for job_id in set((read_manifest(run_dir) or {}).get("jobs", [])) - current:
+        path = job_path(run_dir, job_id)
+        if path.exists():
+            (run_dir / "superseded").mkdir(exist_ok=True)
+            path.replace(run_dir / "superseded" / path.name)
+
+
+def run(config: RunConfig, executor=None) -> RunSummary:
+    """Run (or resume) the grid of ``config`` in this interpreter; returns the summary. (A release
+    audit runs a whole grid under a release's interpreter with ``audit_env.run_under``.)
+    ``executor``: one with ``LocalExecutor.run``'s signature instead of ``config.executor``'s
+    (``attackaudit.compare`` passes an ``InProcessExecutor`` for a model that does not pickle)."""
+    start = time.perf_counter()
+    run_dir = Path(config.out)
+    ensure_writable(run_dir)
+    p = plan(config)
+    identity = run_identity(config, p)
+    check_resumable(run_dir, config, identity)
+    if config.force:
+        supersede(run_dir, {j.job_id for j in p.jobs})
+    for note in p.notes:
+        print(f"attackaudit: note: {note}", file=sys.stderr)
+    from attackaudit.sources.model_checks import check_models
+
+    model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
+    if not config.quiet:
+        for check in model_checks.values():
+            for warning in check["warnings"]:
+                print(f"attackaudit: warning: {warning}", file=sys.stderr)
+    write_manifest(run_dir, {
+        "name": config.name, "config": identity, "library_versions": p.versions,
+        "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
+        "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
+        "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
+        "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat,
+    })
+    pending = [j for j in p.jobs if not job_is_complete(run_dir, j.job_id)]
+    again = repeat_jobs(config, p.jobs)
+    again_pending = [j for j in again if not job_is_complete(repeat_dir(run_dir), j.job_id)]
+    limits = Limits(config.timeout_s, config.memory_limit_mb)
+    if executor is None:
+        executor = (DaskExecutor(config.scheduler, config.workers, limits) if config.executor == "dask"
+                    else LocalExecutor(config.workers, limits))
+    bar = tqdm(total=len(p.jobs) + len(again), initial=len(p.jobs) + len(again) - len(pending) - len(again_pending),
+               disable=config.quiet,
+               desc="jobs", unit="job", dynamic_ncols=True)
+
+    def on_done(job: Job, result: dict) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
+
+    sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty())
+    try:
+        executor.run(pending, run_dir, on_done, sample_bars.update)
+        if again_pending:
+            executor.run(again_pending, repeat_dir(run_dir), on_done, sample_bars.update)
+    finally:
+        sample_bars.close()
+        bar.close()
+    return RunSummary(run_dir, len(p.jobs), len(pending), _status_counts(run_dir, p.jobs),
+                      time.perf_counter() - start)
+
+
+class SampleBars:
+    """One bar per worker under the job bar: the samples of its running job, and how much of the
+    budget the running batch has used (a long job is otherwise a frozen line)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bars: dict[int, tqdm] = {}
+        self.jobs: dict[int, str] = {}
+
+    def update(self, slot: int, job: Job, done: int, total: int, used: float) -> None:
+        if not self.enabled or job is None:
+            return
+        bar = self.bars.get(slot)
+        if bar is None:
+            bar = self.bars[slot] = tqdm(total=total, position=slot + 1, leave=False, dynamic_ncols=True,
+                                         bar_format="{desc} {bar} {n_fmt}/{total_fmt} samples "
+                                                    "[{elapsed}{postfix}]")
+        if self.jobs.get(slot) != job.job_id:  # a new job on this worker: its own clock
+            self.jobs[slot] = job.job_id
+            bar.reset(total=total)
+        bar.n = done
+        bar.set_description_str(f"  worker {slot + 1}: {job.model} {job.spec_key}", refresh=False)
+        bar.set_postfix_str(f"batch budget {used:.0%}", refresh=False)
+        bar.refresh()
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:
+    import pandas as pd
+
+    from attackaudit.results.store import job_path
+
+    counts: dict[str, int] = {}
+    for job in jobs:
+        try:
+            statuses = set(pd.read_parquet(job_path(run_dir, job.job_id), columns=["status"])["status"])
+        except Exception:
+            statuses = {"missing"}
+        status = next((s for s in ("timeout", "crash", "invalid", "unsupported", "missing") if s in statuses), "ok")
+        counts[status] = counts.get(status, 0) + 1
+    return counts

@@ -1,0 +1,1 @@
+"""Where models and data come from: the zoo, checkpoints, architectures, datasets, twins."""

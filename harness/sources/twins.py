@@ -1,0 +1,83 @@
+"""The run twins of ``--metamorphic``: the same network on the same samples, the attack run another way.
+
+- ``M~seed`` (the seed twin): the attack with another seed: the job's global RNG seed (torch,
+  numpy, ``random``) moved by ``SEED_OFFSET``, and so is the spec's own ``seed`` parameter when it
+  has one (torchattacks' APGD reseeds itself from it on every call). Only randomised specs get
+  one (``is_randomised``): a deterministic attack on another seed is itself again. The subset and
+  the targets still come from the job's seed, so the twin attacks the same images towards the
+  same targets. Its spread against ``M`` is the attack's own noise floor (fidelity's
+  ``batch_dependence`` and the label-evidence rules read it).
+- ``M~split`` (the batch-split twin): the attack called on one sample at a time (batch size 1,
+  whatever ``--batch-size`` says). A sound attack's result for a sample does not depend on the
+  rest of the batch; a step size, stopping test or normalisation computed over the batch does.
+
+``--metamorphic`` adds both on the first real model of the run (``run_twin_models``), beside the
+model twins ``~shift`` and ``~perm`` on every model (``attackaudit.sources.zoo``).
+"""
+from __future__ import annotations
+
+from attackaudit.sources.zoo import RUN_TWIN_SUFFIXES, SEED_SUFFIX, SPLIT_SUFFIX, twin_of
+
+#: the seed twin's global seed and ``seed`` parameter are the job's plus this
+SEED_OFFSET = 1
+
+#: built-in implementations whose results depend on the seed, measured: every built-in spec run
+#: twice on 4 digits (digits-mlp, 0.1 of its steps, budget 400), seeds 0 and 1 (and, for specs
+#: with a ``seed`` parameter, that parameter 0 and 1); these gave different returned outputs or
+#: best distances, every other built-in gave identical ones. Random starts (PGD, APGD), random
+#: draws inside the iteration (ART's JSMA, torchattacks' SparseFool).
+RANDOMISED_BUILTINS = frozenset({
+    "adv_lib/apgd", "adv_lib/apgd:ce", "adv_lib/apgd_targeted", "adv_lib/pgd_linf",
+    "foolbox/L1ProjectedGradientDescentAttack", "foolbox/L2ProjectedGradientDescentAttack",
+    "foolbox/LinfProjectedGradientDescentAttack",
+    "art/AutoProjectedGradientDescent:ce", "art/AutoProjectedGradientDescent:dlr", "art/SaliencyMapMethod",
+    "torchattacks/APGD:ce", "torchattacks/APGD:dlr", "torchattacks/APGDT", "torchattacks/PGD",
+    "torchattacks/PGDL2", "torchattacks/SparseFool",
+    "cleverhans/projected_gradient_descent",
+})
+
+
+def is_randomised(spec) -> bool:
+    """Whether ``spec``'s results depend on the seed: a spec that says so (``randomised=True``,
+    for plugins) or a measured built-in (``RANDOMISED_BUILTINS``)."""
+    return bool(getattr(spec, "randomised", False)) or spec.implementation in RANDOMISED_BUILTINS
+
+
+def run_twin(model: str) -> str:
+    """``"~seed"`` or ``"~split"`` when ``model`` is a run twin, else ""."""
+    suffix = twin_of(model)
+    return suffix if suffix in RUN_TWIN_SUFFIXES else ""
+
+
+def run_twin_models(models: list[str]) -> list[str]:
+    """What ``--metamorphic`` adds for the run twins: both, on the first real model."""
+    real = [m for m in models if not twin_of(m)]
+    return [real[0] + suffix for suffix in RUN_TWIN_SUFFIXES] if real else []
+
+
+def has_job(model: str, spec) -> bool:
+    """Whether the grid holds a job for ``spec`` on ``model``: a seed twin only for randomised specs."""
+    return run_twin(model) != SEED_SUFFIX or is_randomised(spec)
+
+
+def attack_seed(model: str, seed: int) -> int:
+    """The global RNG seed of the attack of a job on ``model`` whose run seed is ``seed``."""
+    return seed + SEED_OFFSET if run_twin(model) == SEED_SUFFIX else seed
+
+
+def twin_spec(spec, model: str):
+    """``spec`` as the job on ``model`` runs it: the seed twin moves a ``seed`` parameter too."""
+    if run_twin(model) == SEED_SUFFIX and isinstance(spec.params.get("seed"), int):
+        return spec.with_params(seed=spec.params["seed"] + SEED_OFFSET)
+    return spec
+
+
+def batch_size(model: str, requested: int) -> int:
+    """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all)."""
+    return 1 if run_twin(model) == SPLIT_SUFFIX else requested
+
+
+def twin_samples(model: str, samples: int, split_samples: int) -> int:
+    """Images of a job on ``model``: the batch-split twin may run on the first ``split_samples``
+    (0 = all; subsets nest, so they are the base model's first images)."""
+    return min(samples, split_samples) if run_twin(model) == SPLIT_SUFFIX and split_samples > 0 else samples

@@ -1,0 +1,164 @@
+"""A user's in-memory model and tensors, handed to an ordinary run (``attackaudit.compare``).
+
+The runner's jobs name their model and data by source strings, so that a job is a pure function
+of its ``Job`` and a run directory can be resumed and reported by the command line. Here a model
+object and two tensors become such sources, inside the run directory:
+
+- the data: ``<run>/data/<hash>.pt`` (``{"inputs", "labels"}``), the dataset source
+  ``tensors:<path>``; the file name carries the data's SHA-256, so other data is another config;
+- the model: ``<run>/models/<Class>-<fingerprint>.py``, a three-line module whose ``load()``
+  returns the model, and the model source ``module:<that file>:load``. The fingerprint covers the
+  weights and buffers, the architecture (``repr``) and the source of the model's own classes, so a
+  retrained or edited model is another config and its results are never reused.
+
+Where the model pickles (``torch.save`` with cloudpickle, which also carries classes defined in a
+notebook by value), it is saved beside the module as ``<Class>-<fingerprint>.pt`` and each worker
+process loads its own copy: jobs keep their isolation. Otherwise the model stays registered in
+this process (``registered``), the jobs run in-process, and ``load()`` anywhere else fails with
+one line saying so.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from attackaudit.sources.data import subset_hash
+from attackaudit.run.job import one_line
+from attackaudit.results.store import atomic_write_bytes
+
+#: models kept in this process for in-process runs, by fingerprint
+_IN_PROCESS: dict[str, nn.Module] = {}
+
+MODULE_TEMPLATE = '''"""Written by attackaudit.compare: the model {cls} (fingerprint {fingerprint}) of this run."""
+from attackaudit.sources.user_model import load_saved
+
+
+def load():
+    return load_saved(__file__)
+'''
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """How a model reaches the run's jobs: its model ``source``, and whether the jobs run in
+    worker processes (``isolated``) or in this one, with the ``reason``."""
+
+    source: str
+    fingerprint: str
+    isolated: bool
+    reason: str = ""
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """16 hex digits over the state dict's names, shapes, dtypes and bytes, ``repr(model)``, and
+    the source of every class of the model defined outside torch (where ``inspect`` finds it)."""
+    h = hashlib.sha256(repr(model).encode())
+    for name, value in model.state_dict().items():
+        h.update(name.encode())
+        if isinstance(value, Tensor):
+            t = value.detach().cpu().contiguous()
+            h.update(f"{tuple(t.shape)} {t.dtype}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(value).encode())
+    classes = {type(m) for m in model.modules() if not type(m).__module__.startswith("torch.")}
+    for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
+        try:
+            h.update(inspect.getsource(cls).encode())
+        except (OSError, TypeError):  # defined where no source is kept: its name stands in
+            h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
+    return h.hexdigest()[:16]
+
+
+def save_data(run_dir: Path, inputs: Tensor, labels: Tensor) -> str:
+    """Write the data once into ``run_dir/data``; returns its dataset source ``tensors:<path>``.
+
+    ``inputs``: N×C×H×W float32 in [0, 1]; ``labels``: N int64 (both on the CPU)."""
+    digest = subset_hash(inputs, labels)[:16]
+    path = (Path(run_dir) / "data" / f"{digest}.pt").resolve()
+    if not path.exists():
+        buffer = io.BytesIO()
+        torch.save({"inputs": inputs, "labels": labels}, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
+    return f"tensors:{path}"
+
+
+def hand_over(model: nn.Module, run_dir: Path, *, isolate: bool = True) -> Handoff:
+    """Make ``model`` a model source of ``run_dir`` (module docstring). ``isolate=False`` keeps it
+    in this process even when it pickles. Register-and-release of an in-process model is the
+    caller's (``registered``)."""
+    fingerprint = model_fingerprint(model)
+    stem = f"{re.sub(r'[^A-Za-z0-9_]', '_', type(model).__name__)}-{fingerprint}"
+    module = (Path(run_dir) / "models" / f"{stem}.py").resolve()
+    reason = "" if isolate else "workers=0 asks for it"
+    saved = module.with_suffix(".pt")
+    if isolate and not saved.exists():
+        data, reason = _pickled(model)
+        if data:
+            atomic_write_bytes(saved, data)
+    if not module.exists():
+        atomic_write_bytes(module, MODULE_TEMPLATE.format(cls=type(model).__qualname__,
+                                                          fingerprint=fingerprint).encode())
+    return Handoff(f"module:{module}:load", fingerprint, isolated=not reason, reason=reason)
+
+
+def _pickled(model: nn.Module) -> tuple[bytes, str]:
+    """(``model`` pickled for worker processes, "") or (b"", why it cannot be)."""
+    try:
+        import cloudpickle  # carries a notebook's classes by value (plain pickle names them)
+    except ImportError:
+        return b"", "cloudpickle is not installed (pip install cloudpickle), so the model cannot reach worker processes"
+    buffer = io.BytesIO()
+    try:
+        torch.save(model, buffer, pickle_module=cloudpickle)
+    except Exception as exc:  # a lock, an open file, a C handle: not sendable to a worker
+        return b"", f"the model cannot be pickled ({one_line(exc)})"
+    return buffer.getvalue(), ""
+
+
+def load_saved(module_file: str | Path) -> nn.Module:
+    """The model behind a module written by ``hand_over``: this process's registered object, else
+    the pickle beside the module (a copy, on the CPU)."""
+    path = Path(module_file)
+    fingerprint = path.stem.rpartition("-")[2]
+    if fingerprint in _IN_PROCESS:
+        return _IN_PROCESS[fingerprint]
+    saved = path.with_suffix(".pt")
+    if not saved.exists():
+        raise RuntimeError(f"model {path.stem} did not pickle, so it lived only in the Python process that ran "
+                           "attackaudit.compare(); call compare() again with the model to run or resume it")
+    # the user's own model, pickled by the compare() call that wrote this run directory
+    return torch.load(saved, map_location="cpu", weights_only=False)
+
+
+@contextmanager
+def registered(model: nn.Module, handoff: Handoff) -> Iterator[None]:
+    """Keep ``model`` loadable in this process for an in-process run, and give it back as it was:
+    the run puts it in eval mode, turns off its parameters' gradients and moves it to the run's
+    device; its training flags, ``requires_grad`` and device are restored afterwards."""
+    if handoff.isolated:
+        yield
+        return
+    training = {m: m.training for m in model.modules()}
+    grads = {p: p.requires_grad for p in model.parameters()}
+    device = next((p.device for p in model.parameters()), None)
+    _IN_PROCESS[handoff.fingerprint] = model
+    try:
+        yield
+    finally:
+        _IN_PROCESS.pop(handoff.fingerprint, None)
+        if device is not None:
+            model.to(device)
+        for m, flag in training.items():
+            m.training = flag
+        for p, flag in grads.items():
+            p.requires_grad_(flag)
