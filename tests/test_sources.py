@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 import attackaudit
-from attackaudit import models as M
+from attackaudit.sources import models as M
+from attackaudit.sources import robustbench_models as RB
 from attackaudit.sources.data import load_subset
 from attackaudit.sources.datasets import DataSourceError, load_dataset, parse_source
 from attackaudit.run.job import attack_with_tracker
@@ -72,8 +73,8 @@ def files(tmp_path_factory):
 def tiny_robustbench(monkeypatch):
     """A tiny WideResNet registered as a RobustBench id attackaudit builds itself."""
     monkeypatch.setitem(M.BUILTIN_ROBUSTBENCH, ("cifar10", "Linf", TINY_WRN),
-                        M._Built(lambda: M.WideResNet(10, 1), *M._C10))
-    monkeypatch.setattr(M, "_robustbench_registry", lambda: None)
+                        RB._Built(lambda: M.WideResNet(10, 1), *RB._C10))
+    monkeypatch.setattr(RB, "_robustbench_registry", lambda: None)
 
 
 def ddn(scale: float = 0.05):
@@ -243,7 +244,7 @@ def test_robustbench_registry_is_used_when_robustbench_imports(tmp_path, monkeyp
 
     registry = {"cifar10": {"Linf": {"Fake2024": {"model": build, "gdrive_id": "x"},
                                      "Hub2024": {"model": build, "gdrive_id": None}}}}
-    monkeypatch.setattr(M, "_robustbench_registry", lambda: registry)
+    monkeypatch.setattr(RB, "_robustbench_registry", lambda: registry)
     path = M.robustbench_path(str(tmp_path), "cifar10", "Linf", "Fake2024")
     path.parent.mkdir(parents=True)
     torch.save(M.WideResNet(10, 1).state_dict(), path)
