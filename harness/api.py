@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # annotations only: importing torch here would make ``import 
     from torch import Tensor, nn
 
     from attackaudit.reports import ReportData
+    from attackaudit.sources.user_model import Handoff
 
 #: written beside the manifest by ``compare``: how its jobs ran, and which model they attacked
 NOTEBOOK_FILE = "notebook.json"
@@ -97,67 +98,24 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     ValueError
         One line naming the argument that is wrong.
     """
-    from attackaudit.run.config import ConfigError, resolve
-    from attackaudit.run.executors import InProcessExecutor
-    from attackaudit.run.runner import run
-    from attackaudit.sources.user_model import hand_over, registered, save_data
+    from attackaudit.sources.user_model import hand_over, save_data
 
     x, y = _checked_data(model, inputs, labels)
-    n = len(y)
-    if samples is None:
-        samples = n
-    _check_int("samples", samples, 1, n, f"the number of inputs ({n})")
-    _check_int("budget", budget, 1)
-    _check_int("seed", seed, 0)
-    _check_int("batch_size", batch_size, 0)
-    workers = min(2, os.cpu_count() or 1) if workers is None else workers
-    _check_int("workers", workers, 0)
-    for name, value in (("steps_scale", steps_scale), ("timeout_s", timeout_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    for name, value in (("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    names = {name: _names(name, value) for name, value in
-             (("families", families), ("norms", norms), ("libraries", libraries), ("attacks", attacks))}
-    if names["norms"] and (bad := [v for v in names["norms"] if v not in NORMS]):
-        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)}")
-    if isinstance(plugins, (str, os.PathLike)):  # one file
-        plugins = [plugins]
-    plugin_paths = [str(Path(p).resolve()) for p in plugins]
-    for path in plugin_paths:
-        if not Path(path).is_file():
-            raise ValueError(f"plugins: {path} is not a file; pass .py files that define specs()")
+    samples, workers = _checked_scalars(len(y), samples=samples, budget=budget, seed=seed, batch_size=batch_size,
+                                        workers=workers, steps_scale=steps_scale, timeout_s=timeout_s,
+                                        targeted=targeted, metamorphic=metamorphic, progress=progress)
+    names = _filters(families=families, norms=norms, libraries=libraries, attacks=attacks)
+    plugin_paths = _plugin_paths(plugins)
     if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    run_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attackaudit-"))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"out: cannot create {run_dir} ({exc.strerror or exc})") from None
-
+    run_dir = _run_dir(out)
     dataset = save_data(run_dir, x, y)
     handoff = hand_over(model, run_dir, isolate=workers > 0)
     flags = {"out": str(run_dir), "models": [handoff.source], "dataset": dataset, **names, "plugins": plugin_paths,
              "budget": budget, "samples": samples, "seed": seed, "targeted": targeted, "metamorphic": metamorphic,
              "steps_scale": float(steps_scale), "batch_size": batch_size, "device": device,
              "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress}
-    execution = (f"isolated: each job in one of {max(1, workers)} worker processes, each with its own copy of the "
-                 f"model" if handoff.isolated else
-                 f"in-process: {handoff.reason}; the jobs ran one after another in this Python process, "
-                 "without isolation or time limit")
-    try:
-        config = resolve(None, flags)
-        with registered(model, handoff):
-            summary = run(config, executor=None if handoff.isolated else InProcessExecutor())
-    except ConfigError as exc:
-        message = str(exc)
-        if "holds a run with a different config" in message:  # another model, data or grid in ``out``
-            raise ValueError(f"out: {message.split(';')[0]}; pass another out") from None
-        raise ValueError(message.replace("--", "")) from None
-    note = {"execution": execution, "isolated": handoff.isolated, "model": type(model).__qualname__,
-            "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line()}
-    atomic_write_bytes(run_dir / NOTEBOOK_FILE, (json.dumps(note, indent=2) + "\n").encode())
+    _run_grid(model, handoff, flags, run_dir)
     return Result(run_dir)
 
 
@@ -290,6 +248,85 @@ class Result:
 
     def __repr__(self) -> str:
         return f"Result({str(self.run_dir)!r}; {self.execution})"
+
+
+# -- compare's steps ------------------------------------------------------------------------------
+def _checked_scalars(n: int, *, samples: object, budget: object, seed: object, batch_size: object, workers: object,
+                     steps_scale: object, timeout_s: object, targeted: object, metamorphic: object,
+                     progress: object) -> tuple[int, int]:
+    """(samples, workers) with their defaults filled in (all ``n`` inputs; up to 2 workers), or
+    ValueError naming the first argument that is wrong, in ``compare``'s parameter order."""
+    if samples is None:
+        samples = n
+    _check_int("samples", samples, 1, n, f"the number of inputs ({n})")
+    _check_int("budget", budget, 1)
+    _check_int("seed", seed, 0)
+    _check_int("batch_size", batch_size, 0)
+    workers = min(2, os.cpu_count() or 1) if workers is None else workers
+    _check_int("workers", workers, 0)
+    for name, value in (("steps_scale", steps_scale), ("timeout_s", timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    for name, value in (("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    return samples, workers
+
+
+def _filters(**filters: str | Sequence[str] | None) -> dict[str, list[str] | None]:
+    """Each filter (families, norms, libraries, attacks) as a list of names (None: all); ValueError
+    for a malformed filter or an unknown norm."""
+    names = {name: _names(name, value) for name, value in filters.items()}
+    if names["norms"] and (bad := [v for v in names["norms"] if v not in NORMS]):
+        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)}")
+    return names
+
+
+def _plugin_paths(plugins: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """The plugin files as absolute paths; one path alone is one file. ValueError for a non-file."""
+    if isinstance(plugins, (str, os.PathLike)):  # one file
+        plugins = [plugins]
+    plugin_paths = [str(Path(p).resolve()) for p in plugins]
+    for path in plugin_paths:
+        if not Path(path).is_file():
+            raise ValueError(f"plugins: {path} is not a file; pass .py files that define specs()")
+    return plugin_paths
+
+
+def _run_dir(out: str | os.PathLike | None) -> Path:
+    """``out`` created (None: a new temporary directory); ValueError when it cannot be."""
+    run_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attackaudit-"))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"out: cannot create {run_dir} ({exc.strerror or exc})") from None
+    return run_dir
+
+
+def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run_dir: Path) -> None:
+    """Resolve ``flags`` into the run's config, run its jobs (isolated in workers, or in this
+    process when the model could not be handed over) and write NOTEBOOK_FILE: how they ran."""
+    from attackaudit.run.config import ConfigError, resolve
+    from attackaudit.run.executors import InProcessExecutor
+    from attackaudit.run.runner import run
+    from attackaudit.sources.user_model import registered
+
+    execution = (f"isolated: each job in one of {flags['workers']} worker processes, each with its own copy of the "
+                 f"model" if handoff.isolated else
+                 f"in-process: {handoff.reason}; the jobs ran one after another in this Python process, "
+                 "without isolation or time limit")
+    try:
+        config = resolve(None, flags)
+        with registered(model, handoff):
+            summary = run(config, executor=None if handoff.isolated else InProcessExecutor())
+    except ConfigError as exc:
+        message = str(exc)
+        if "holds a run with a different config" in message:  # another model, data or grid in ``out``
+            raise ValueError(f"out: {message.split(';')[0]}; pass another out") from None
+        raise ValueError(message.replace("--", "")) from None
+    note = {"execution": execution, "isolated": handoff.isolated, "model": type(model).__qualname__,
+            "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line()}
+    atomic_write_bytes(run_dir / NOTEBOOK_FILE, (json.dumps(note, indent=2) + "\n").encode())
 
 
 # -- helpers --------------------------------------------------------------------------------------
