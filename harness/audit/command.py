@@ -19,11 +19,15 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from attackaudit.audit.bisect import bisect, bisect_lines, index_releases, measures, version_key
 from attackaudit.audit.env import (Env, installed_version, is_current_interpreter, prepare_env, resolution_phrase, run_under,
                         unmet_phrase)
 from attackaudit.run.grid_args import add_grid_arguments, grid_flags
+
+if TYPE_CHECKING:  # annotations only: the runner loads when the audit runs
+    from attackaudit.run.config import RunConfig
 
 __all__ = ["Release", "Side", "audit", "bisect", "index_releases", "parse_releases", "add_arguments", "main"]
 
@@ -272,21 +276,75 @@ def _report_sections(env_lines: list[str], bisect_doc: dict | None, dist: str) -
     return "\n".join(md) + "\n", "\n".join(html)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every side of one audit shares: the library, the grid, where runs go, the diff's test."""
+
+    library: str
+    dist: str
+    installed: str  # the installed release's version ("none" when not installed)
+    base: "RunConfig"  # only ``out`` and ``python`` differ per side
+    out: Path
+    alpha: float
+    min_delta: float | None
+    echo: Callable[[str], Any]
+
+    def prepare(self, release: Release | str) -> Side:
+        return prepare_side(release, self.installed, self.dist, self.library, self.out, self.echo)
+
+    def run(self, side: Side) -> None:
+        run_side(side, self.base, self.library, self.echo)
+
+    def compare(self, a: Side, b: Side):
+        return compare_sides(a, b, alpha=self.alpha, min_delta=self.min_delta)
+
+
 def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float | None = None,
           bisect_range: bool = False, echo=print) -> dict:
     """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
     release that cannot be installed. ``bisect_range``: also find, over the releases between the
     two on the package index, the first at which each changed implementation's verdict changed."""
-    from attackaudit import fidelity
-    from attackaudit.reports.html import render_compare_html
-    from attackaudit.reports.markdown import render_compare_markdown
-
     from attackaudit.run.config import resolve
 
     library, dist, named = parse_releases(releases)
     installed = installed_version(dist)
+    named = _ordered_releases(named, installed, dist, bisect_range)
+    out = Path(out)
+    # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
+    base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
+    plan = _Plan(library, dist, installed, base, out, alpha, min_delta, echo)
+    between = index_releases(dist, *[r.version for r in named]) if bisect_range else []  # before installs: fail fast
+    sides = [plan.prepare(release) for release in named]
+    for side in sides:
+        plan.run(side)
+    if all(s.empty for s in sides):
+        raise ValueError(f"no attack of {dist} {' or '.join(s.version for s in sides)} matches the filters "
+                         "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
+    diff, subset_hash, tables = plan.compare(*sides)
+    out.mkdir(parents=True, exist_ok=True)
+    diff.to_csv(out / "diff.csv", index=False)
+    counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
+    bisect_doc, tested = _bisect_doc(plan, sides, diff, between) if bisect_range else (None, sides)
+    env_lines = environment_lines(tested)
+    doc = _audit_doc(plan, sides, diff, env_lines, subset_hash, counts, bisect_doc)
+    (out / "audit.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_pages(plan, sides, diff, tables, env_lines, doc.get("bisect"))
+    for record in doc["implementations"]:
+        echo(record["line"])
+    for line in (bisect_doc or {}).get("lines", []):
+        echo(line)
+    echo(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "
+         f"audit: {out / 'audit.json'}; report: {out / 'audit.html'}")
+    return doc
+
+
+def _ordered_releases(named: list[Release], installed: str, dist: str, bisect_range: bool) -> list[Release]:
+    """The two releases to compare, before then after (by version under ``bisect_range``); one named
+    release is paired with the installed one. ValueError (one line) for nothing to compare."""
     if bisect_range and (len(named) != 2 or any(r.source for r in named)):
         raise ValueError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
+    if bisect_range:
+        return [Release(v) for v in sorted((r.version for r in named), key=version_key)]
     if len(named) == 1:
         if named[0].version == installed:
             raise ValueError(f"{dist}=={installed} is the installed release; name another one, or two releases")
@@ -295,86 +353,75 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
         # before = the older release; a candidate comes after the installed release it is compared with
         named = [Release(installed), named[0]] if named[0].source else \
             sorted([named[0], Release(installed)], key=lambda r: version_key(r.version))
-    versions = [r.version for r in named]
-    out = Path(out)
-    # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
-    base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
-    if bisect_range:
-        versions = sorted(versions, key=version_key)
-        named = [Release(v) for v in versions]
-        between = index_releases(dist, *versions)  # before any install: a typo fails fast
-    sides = [prepare_side(release, installed, dist, library, out, echo) for release in named]
-    versions = [s.version for s in sides]
-    for side in sides:
-        run_side(side, base, library, echo)
-    if all(s.empty for s in sides):
-        raise ValueError(f"no attack of {dist} {' or '.join(versions)} matches the filters "
-                         "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    diff, subset_hash, tables = compare_sides(*sides, alpha=alpha, min_delta=min_delta)
-    out.mkdir(parents=True, exist_ok=True)
-    diff.to_csv(out / "diff.csv", index=False)
-    counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
+    return named
 
-    bisect_doc = None
-    if bisect_range:
-        tested_sides = {s.version: s for s in sides}
 
-        def measure(version: str) -> dict:
-            side = prepare_side(version, installed, dist, library, out, echo)
-            run_side(side, base, library, echo)
-            tested_sides[version] = side
-            return measures(compare_sides(sides[0], side, alpha=alpha, min_delta=min_delta)[0], "b")
+def _bisect_doc(plan: _Plan, sides: list[Side], diff, between: list[str]) -> tuple[dict, list[Side]]:
+    """audit.json's ``bisect``: each changed implementation's first release with the new verdict,
+    over the releases ``between`` the two sides, with each tested release's evidence; and every
+    side that ran (the two and the tested releases), in version order."""
+    tested_sides = {s.version: s for s in sides}
 
-        changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
-                   if r["verdict"] != "unchanged"}
-        changes, evidence = bisect(between, changed, measure, echo)
-        first = {k: {**v, "verdict": "first release"} for k, v in measures(diff, "a").items()}
-        evidence = {versions[0]: first, **evidence, versions[1]: measures(diff, "b")}
-        tested = []
-        for version in sorted(evidence, key=version_key):
-            found = evidence[version]
-            side = tested_sides.get(version)
-            entry = {"version": version, **(side_doc(side) if side else {})}
-            if "error" in found:
-                entry["error"] = found["error"]
-            else:
-                entry["implementations"] = [{"implementation": k[0], "norm": k[1], **v}
-                                            for k, v in sorted(found.items())]
-            tested.append(entry)
-        bisect_doc = {"releases": between, "changes": changes, "tested": tested,
-                      "evidence": "ξ and ASR of each tested release against the joint envelope of the first "
-                                  "release and that release, as its verdict against the first uses them",
-                      "lines": bisect_lines(changes, dist, len(between), len(evidence))}
+    def measure(version: str) -> dict:
+        side = plan.prepare(version)
+        plan.run(side)
+        tested_sides[version] = side
+        return measures(plan.compare(sides[0], side)[0], "b")
 
-    env_lines = environment_lines(sorted(tested_sides.values(), key=lambda s: version_key(s.version))
-                                  if bisect_range else sides)
-    doc = _clean({
-        "library": library, "distribution": dist,
+    changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
+               if r["verdict"] != "unchanged"}
+    changes, evidence = bisect(between, changed, measure, plan.echo)
+    first = {k: {**v, "verdict": "first release"} for k, v in measures(diff, "a").items()}
+    evidence = {sides[0].version: first, **evidence, sides[1].version: measures(diff, "b")}
+    tested = []
+    for version, found in sorted(evidence.items(), key=lambda item: version_key(item[0])):
+        side = tested_sides.get(version)
+        entry = {"version": version, **(side_doc(side) if side else {})}
+        if "error" in found:
+            entry["error"] = found["error"]
+        else:
+            entry["implementations"] = [{"implementation": k[0], "norm": k[1], **v}
+                                        for k, v in sorted(found.items())]
+        tested.append(entry)
+    doc = {"releases": between, "changes": changes, "tested": tested,
+           "evidence": "ξ and ASR of each tested release against the joint envelope of the first "
+                       "release and that release, as its verdict against the first uses them",
+           "lines": bisect_lines(changes, plan.dist, len(between), len(evidence))}
+    return doc, sorted(tested_sides.values(), key=lambda s: version_key(s.version))
+
+
+def _audit_doc(plan: _Plan, sides: list[Side], diff, env_lines: list[str], subset_hash: str, counts: dict,
+               bisect_doc: dict | None) -> dict:
+    """The audit.json document (JSON-clean: no NaN, numpy scalars as numbers)."""
+    from attackaudit import fidelity
+
+    base = plan.base
+    return _clean({
+        "library": plan.library, "distribution": plan.dist,
         "before": side_doc(sides[0]), "after": side_doc(sides[1]),
         "environments": env_lines,
         "grid": {"models": base.models, "dataset": base.dataset, "families": base.families, "norms": base.norms,
                  "attacks": base.attacks, "samples": base.samples, "budget": base.budget, "seed": base.seed,
                  "steps_scale": base.steps_scale, "targeted": base.targeted, "subset_hash": subset_hash},
-        "rule": fidelity.VERDICT_RULE, "alpha": alpha, "min_delta": min_delta, "counts": counts,
+        "rule": fidelity.VERDICT_RULE, "alpha": plan.alpha, "min_delta": plan.min_delta, "counts": counts,
         "implementations": implementation_records(diff),
         **({"bisect": bisect_doc} if bisect_doc else {}),
     })
-    (out / "audit.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    label_a = f"{dist} {sides[0].label} ({sides[0].run_dir})"
-    label_b = f"{dist} {sides[1].label} ({sides[1].run_dir})"
-    extra_md, extra_html = _report_sections(env_lines, doc.get("bisect"), dist)
+
+
+def _write_pages(plan: _Plan, sides: list[Side], diff, tables, env_lines: list[str], bisect_doc: dict | None) -> None:
+    """audit.md and audit.html: the diff's report section, then the environments and the bisect."""
+    from attackaudit.reports.html import render_compare_html
+    from attackaudit.reports.markdown import render_compare_markdown
+
+    out, dist = plan.out, plan.dist
+    label_a, label_b = (f"{dist} {side.label} ({side.run_dir})" for side in sides)
+    extra_md, extra_html = _report_sections(env_lines, bisect_doc, dist)
     (out / "audit.md").write_text(render_compare_markdown(diff, label_a, label_b) + extra_md, encoding="utf-8")
     page = render_compare_html(diff, label_a, label_b, tables=tables)
     at = page.rfind("</body>")
     page = page[:at] + extra_html + page[at:] if at >= 0 else page + extra_html
     (out / "audit.html").write_text(page, encoding="utf-8")
-    for record in doc["implementations"]:
-        echo(record["line"])
-    for line in (bisect_doc or {}).get("lines", []):
-        echo(line)
-    echo(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "
-         f"audit: {out / 'audit.json'}; report: {out / 'audit.html'}")
-    return doc
 
 
 # -- command line -------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ import torch
 from torch import nn
 
 from attackaudit.sources.architectures import CifarResNet50, DMWideResNet, PreActResNet18, WideResNet
-from attackaudit.sources.checkpoints import (ModelSourceError, classifier_classes, load_checkpoint, load_weights, one_line,
-                                             state_dict_of, strip_prefix)
+from attackaudit.sources.checkpoints import (ModelSourceError, classifier_classes, load_checkpoint, load_weights,
+                                             one_line, state_dict_of, strip_prefix)
 from attackaudit.sources.model_source import (KINDS, LoadOptions, ModelSource, normalize_threat_model,
                                               parse_model_source)
 from attackaudit.sources.normalization import IMAGENET_MEAN, IMAGENET_STD, NORM_PRESETS, Normalized, norm_values
