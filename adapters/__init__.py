@@ -9,6 +9,10 @@ is listed as unavailable with the reason, as a library that fails to import is.
 
 A plugin file's identity is its ``PluginSource``: the SHA-256 of the file's bytes and the
 version it records, so an edited plugin (or an upgraded library it wraps) gives new job ids.
+
+A worker does not rebuild the catalogue to run one spec: ``SpecSource`` names where that spec's
+library is defined (a built-in adapter module, one entry point, or one ``--plugin`` file) and
+``SpecSource.load`` imports just that.
 """
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .spec import KINDS, NORMS, AttackFn, AttackSpec, FixedEpsAttack, MinimalAttack, spec_problem
+from .spec import KINDS, NORMS, AttackFn, AttackKind, AttackSpec, FixedEpsAttack, MinimalAttack, spec_problem
 
-__all__ = ["AttackSpec", "AttackFn", "MinimalAttack", "FixedEpsAttack", "NORMS", "KINDS", "LibraryEntry",
-           "BUILTIN_LIBRARIES", "load_library", "catalogue", "load_plugin_file", "PluginError",
-           "PluginSource", "spec_problem"]
+__all__ = ["AttackSpec", "AttackFn", "AttackKind", "MinimalAttack", "FixedEpsAttack", "NORMS", "KINDS",
+           "LibraryEntry", "BUILTIN_LIBRARIES", "ENTRY_POINT_GROUP", "load_library", "catalogue",
+           "load_plugin_file", "PluginError", "PluginSource", "SpecError", "SpecSource", "spec_problem"]
 
 #: built-in adapter module -> the distribution whose version is recorded
 BUILTIN_LIBRARIES = {
@@ -36,12 +40,20 @@ BUILTIN_LIBRARIES = {
     "cleverhans": "cleverhans",
 }
 
+#: the entry-point group third-party adapters register their ``specs`` callable under
+ENTRY_POINT_GROUP = "attackaudit.adapters"
+
 #: separates a plugin file's path from its fingerprint in a pinned reference (``PluginSource.ref``)
 _PIN = "#fingerprint="
 
 
 class PluginError(ValueError):
     """A plugin file or entry point could not be loaded (one line, naming the file)."""
+
+
+class SpecError(ValueError):
+    """A built-in adapter declared a spec that cannot run as declared (one line, naming the spec):
+    our bug, raised when the catalogue is built rather than listed as an unavailable library."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,9 @@ def _version(distribution: str) -> str:
 
 
 def load_library(library: str) -> LibraryEntry:
-    """Import one built-in adapter and collect its specs; failures become ``available=False``."""
+    """Import one built-in adapter and collect its specs; failures to import become
+    ``available=False``. A spec that fails ``spec_problem`` (e.g. params that do not bind to its
+    function) raises SpecError naming it: a misdeclared attack must not pass for an absent one."""
     if library not in BUILTIN_LIBRARIES:
         raise KeyError(library)
     version = _version(BUILTIN_LIBRARIES[library])
@@ -97,6 +111,9 @@ def load_library(library: str) -> LibraryEntry:
         specs = list(module.specs())
     except Exception as exc:  # a broken third-party install is data, not a crash
         return LibraryEntry(library, version, False, _one_line(exc))
+    problem = next((p for p in map(spec_problem, specs) if p), "")
+    if problem:
+        raise SpecError(f"adapter attackaudit.adapters.{library}: {problem}")
     return LibraryEntry(library, version, True, "", specs)
 
 
@@ -189,10 +206,12 @@ def load_plugin_file(path: str | Path) -> list[LibraryEntry]:
     return entries
 
 
-def _entry_point_entries() -> list[LibraryEntry]:
-    """Entry-point plugins, validated as plugin files are; a broken one is listed unavailable."""
+def _entry_point_entries(name: str | None = None) -> list[LibraryEntry]:
+    """Entry-point plugins (only the one called ``name`` when given), validated as plugin files
+    are; a broken one is listed unavailable."""
     entries: list[LibraryEntry] = []
-    for ep in importlib.metadata.entry_points(group="attackaudit.adapters"):
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    for ep in found if name is None else found.select(name=name):
         version = ep.dist.version if ep.dist is not None else "plugin"
         try:
             factory = ep.load()
@@ -230,3 +249,49 @@ def catalogue(libraries: Sequence[str] | None = None, plugins: Sequence[str | Pa
     entries = [load_library(name) for name in BUILTIN_LIBRARIES if libraries is None or name in libraries]
     entries.extend(e for e in extra if libraries is None or e.library in libraries or e.plugin is not None)
     return entries
+
+
+@dataclass(frozen=True)
+class SpecSource:
+    """Where the specs of one library are defined, so a worker imports just that.
+
+    ``plugin_file`` set: that ``--plugin`` file (pinned as ``PluginSource.ref``: an edited file
+    loads as unavailable); else ``library`` is a built-in adapter (``attackaudit.adapters.<library>``)
+    or the name of one entry point of ``ENTRY_POINT_GROUP``.
+    """
+
+    library: str
+    plugin_file: str = ""
+
+    @property
+    def factory(self) -> str:
+        """What ``load`` imports and calls, for messages: ``module:specs`` or ``plugin file PATH``."""
+        if self.plugin_file:
+            return f"plugin file {_split_pin(self.plugin_file)[0]}"
+        if self.library in BUILTIN_LIBRARIES:
+            return f"attackaudit.adapters.{self.library}:specs"
+        return f"entry point {self.library}"
+
+    def load(self) -> list[LibraryEntry]:
+        """The entries this source defines (a plugin file may define several libraries); raises
+        PluginError for a plugin file that no longer loads, SpecError for a misdeclared built-in."""
+        if self.plugin_file:
+            return load_plugin_file(self.plugin_file)
+        if self.library in BUILTIN_LIBRARIES:
+            return [load_library(self.library)]
+        return _entry_point_entries(self.library)
+
+    def find(self, key: str, entries: Sequence[LibraryEntry] | None = None) -> tuple[AttackSpec | None, str, str]:
+        """(the spec with ``AttackSpec.key`` ``key``, its library version, "") or (None, version,
+        the one-line reason it cannot be had); ``entries``: what ``load`` returned, if at hand."""
+        entries = self.load() if entries is None else entries
+        for entry in entries:
+            if entry.library != self.library:
+                continue
+            if not entry.available:
+                return None, entry.version, f"library {self.library} unavailable: {entry.reason}"
+            for spec in entry.specs:
+                if spec.key == key:
+                    return spec, entry.version, ""
+        version = next((e.version for e in entries if e.library == self.library), "")
+        return None, version, f"attack {key} is not in the catalogue ({self.factory} does not define it)"

@@ -12,6 +12,7 @@ import inspect
 import json
 import re
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Callable, Mapping, Protocol, Union
 
 import torch
@@ -72,7 +73,26 @@ class FixedEpsAttack(Protocol):
 AttackFn = Union[MinimalAttack, FixedEpsAttack]
 
 NORMS = ("l0", "l1", "l2", "linf")
-KINDS = ("minimal", "fixed")
+
+
+class AttackKind(str, Enum):
+    """Which call signature ``AttackSpec.run`` has: :class:`MinimalAttack` or :class:`FixedEpsAttack`.
+
+    A ``str`` enum: ``AttackKind.FIXED == "fixed"``, and result rows, the manifest and JSON hold
+    the plain strings ``"minimal"`` / ``"fixed"``, as they always did.
+    """
+
+    MINIMAL = "minimal"  # finds the smallest perturbation itself, called once per batch
+    FIXED = "fixed"  # an ε budget: the minimal-ε search (harness/measure/minimal.py) calls it
+
+    def __str__(self) -> str:  # tables and f-strings show the stored string, not "AttackKind.FIXED"
+        return self.value
+
+    __format__ = str.__format__
+
+
+#: the kinds as the strings stored in results (``AttackKind``'s values)
+KINDS = tuple(kind.value for kind in AttackKind)
 
 
 @dataclass(frozen=True)
@@ -91,7 +111,7 @@ class AttackSpec:
     name: str
     family: str
     norm: str
-    kind: str
+    kind: AttackKind  # given as AttackKind or its string ("minimal" | "fixed"), kept as AttackKind
     params: Mapping[str, Any]
     run: AttackFn = field(repr=False, compare=False)
     targeted_support: bool = True
@@ -107,6 +127,7 @@ class AttackSpec:
             raise ValueError(f"AttackSpec {self.library}/{self.name}: norm {self.norm!r} is not one of {NORMS}")
         if self.kind not in KINDS:
             raise ValueError(f"AttackSpec {self.library}/{self.name}: kind {self.kind!r} is not one of {KINDS}")
+        object.__setattr__(self, "kind", AttackKind(self.kind))  # frozen: the one place it is typed
         if self.targeted_only and not self.targeted_support:
             raise ValueError(f"AttackSpec {self.library}/{self.name}: targeted_only=True with targeted_support=False "
                              "would never run; drop one of them")
@@ -159,7 +180,8 @@ def spec_problem(spec: AttackSpec) -> str:
     ``functools.partial`` ``run`` with the same value (so ``--steps-scale`` and ``with_params``
     reach the attack, and the recorded params are the ones it runs with); and ``run`` accepting
     the call of its kind (``FixedEpsAttack`` takes ``eps``; ``targeted``/``targets`` unless
-    ``targeted_support`` is false; a ``targeted_only`` spec need not accept the untargeted call).
+    ``targeted_support`` is false; a ``targeted_only`` spec need not accept the untargeted call),
+    after the arguments a partial ``run`` binds fit its function (a misspelt hyperparameter).
     """
     where = f"attack {spec.key}"
     if spec.norm not in NORMS:
@@ -200,12 +222,34 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _binding_problem(spec: AttackSpec, where: str) -> str:
+    """Why the arguments a ``functools.partial`` run binds (its params, a typo among them) do not
+    fit its function's signature, or ``""``. ``inspect.signature`` of such a partial raises, so
+    without this check the typo would only surface when the attack is called, as a crash."""
+    if not isinstance(spec.run, functools.partial):
+        return ""
+    try:
+        signature = inspect.signature(spec.run.func)
+    except (TypeError, ValueError):  # builtins without a signature: the call itself will tell
+        return ""
+    try:
+        signature.bind_partial(*spec.run.args, **spec.run.keywords)
+    except TypeError as exc:
+        function = getattr(spec.run.func, "__qualname__", type(spec.run.func).__name__)
+        return f"{where}: run's bound params do not fit {function}() ({exc}); check their spelling"
+    return ""
+
+
 def _signature_problem(spec: AttackSpec, where: str) -> str:
+    problem = _binding_problem(spec, where)
+    if problem:
+        return problem
     try:
         signature = inspect.signature(spec.run)
     except (TypeError, ValueError):  # builtins without a signature: the call itself will tell
         return ""
-    base: dict[str, Any] = {"eps": 0.0} if spec.kind == "fixed" else {}
+    fixed = spec.kind is AttackKind.FIXED
+    base: dict[str, Any] = {"eps": 0.0} if fixed else {}
     # the calls the harness makes: untargeted (never for a targeted_only spec), and targeted
     calls = ([] if spec.targeted_only else [base]) + (
         [base | {"targeted": True, "targets": None}] if spec.targeted_support else [])
@@ -213,7 +257,7 @@ def _signature_problem(spec: AttackSpec, where: str) -> str:
         try:
             signature.bind(None, None, None, **keywords)
         except TypeError as exc:
-            protocol = "FixedEpsAttack" if spec.kind == "fixed" else "MinimalAttack"
+            protocol = "FixedEpsAttack" if fixed else "MinimalAttack"
             called = ", ".join(["model, inputs, labels", *(f"{k}=..." for k in keywords)])
             return f"{where}: run cannot be called as run({called}) ({exc}); see {protocol}"
     return ""

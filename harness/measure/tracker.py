@@ -69,6 +69,7 @@ from torch import Tensor, nn
 
 from attackaudit.measure.attribution import BOX_MARGIN, Attribution, anchor_reach, linf_box
 from attackaudit.measure.best_keeper import BOX_TOLERANCE, KEEP_BESTS, BestKeeper
+from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.measure.query_ledger import REFUSAL_SCALE, QueryLedger
 from attackaudit.measure.query_window import DEFERRED_BYTES, DEFERRED_QUERIES, QueryWindow
 
@@ -93,30 +94,37 @@ class QueryTracker(nn.Module):
     """
 
     def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
-                 budget: int = 2000, targeted: bool = False, targets: Tensor | None = None,
-                 on_progress: Callable[[int], None] | None = None,
+                 budget: int = 2000, criterion: Criterion | None = None, targeted: bool = False,
+                 targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
                  clean_logits: Tensor | None = None) -> None:
-        """``on_progress(queries)``: told, every batch of deferred queries, the most queries any
+        """``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)`` (N targets);
+        ``targeted=True, targets=...`` is the older spelling of the same.
+        ``on_progress(queries)``: told, every batch of deferred queries, the most queries any
         sample has used so far (what a progress bar inside a long job shows).
         ``clean_logits`` (N×classes): the model's logits on ``inputs``, when the caller has them
         (the harness computes them once per model, not once per job)."""
         super().__init__()
         self.on_progress = on_progress
-        if targeted and targets is None:
-            raise ValueError("a targeted QueryTracker needs targets")
+        if criterion is None:
+            if targeted and targets is None:
+                raise ValueError("a targeted QueryTracker needs targets")
+            criterion = Targeted(targets) if targeted else Untargeted()
+        elif targeted or targets is not None:
+            raise ValueError("give QueryTracker either criterion= or targeted=/targets=, not both")
+        self.criterion = criterion
         self.model = model.eval()
         # the same module outside ``_modules``: read on every query, where ``nn.Module.__getattr__``
         # (the lookup of a submodule) costs more than the attribute itself
         object.__setattr__(self, "_inner", self.model)
         self.norm = norm
-        self.targeted = targeted
+        self.targeted = criterion.targeted
         self.inputs = inputs.detach()
         self.labels = labels.detach()
-        self.targets = targets.detach() if targets is not None else None
+        self.targets = criterion.targets.detach() if criterion.targeted else None
         self._flat = self.inputs.reshape(len(inputs), -1)
         self._shape = self.inputs.shape
         self._arange = torch.arange(len(inputs), device=inputs.device)  # the parts share it (identity)
-        success_targets = self.targets if targeted else None
+        success_targets = self.targets  # None untargeted: the one success rule reads the label
         self._ledger = QueryLedger(self.labels, success_targets, budget, self._arange)
         self._attribution = Attribution(self._flat, self._shape, norm, self._arange)
         self._keeper = BestKeeper(self._flat, norm, self.labels, success_targets)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 import psutil
 
@@ -25,13 +25,22 @@ OnDone = Callable[[Job, dict], None]
 OnProgress = Callable[[int, Job, int, int, float], None]
 
 
+class Executor(Protocol):
+    """What ``runner.run`` drives: ``LocalExecutor``, ``DaskExecutor`` or ``InProcessExecutor``.
+    Each job's result file is written by the job itself; ``on_done(job, result)`` is told of each
+    end, ``on_progress`` (when the executor can) of progress inside a job."""
+
+    def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None: ...
+
+
 @dataclass
 class Limits:
     timeout_s: float = 900.0
     memory_limit_mb: int = 8192
 
 
-def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict:
+def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict[str, str]:
     """Write ``status`` rows for a job whose worker produced nothing, and log the cause."""
     from attackaudit.results.store import job_is_complete
     from attackaudit.run.worker import job_subset, resolve_spec

@@ -13,22 +13,27 @@ import random
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, TextIO
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from attackaudit.adapters import AttackKind, AttackSpec, SpecSource
 from attackaudit.adapters.release import Unsupported
 
 import attackaudit.sources.twins as twins
+from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
 from attackaudit.results.schema import OUT_OF_BOX_ERROR, ROW_COLUMNS, UNSUPPORTED
 from attackaudit.measure.success import is_success
 from attackaudit.measure.tracker import BOX_TOLERANCE, QueryTracker
 from attackaudit.sources.zoo import PERM_SUFFIX, perm_twin_classes
+
+if TYPE_CHECKING:  # the subset's type only: the data module loads datasets, a worker imports it lazily
+    from attackaudit.sources.data import Subset
 
 #: ``progress(samples done, samples in the job, fraction of the budget used in the running batch)``
 JobProgress = Callable[[int, int, float], None]
@@ -56,6 +61,12 @@ class Job:
     threat_model: str = ""  # RobustBench threat model for sources that name none ("" = Linf)
     allow_download: bool = False  # may the model source download weights
     trust_checkpoint: bool = False  # unpickle checkpoints in full
+
+    @property
+    def spec_source(self) -> SpecSource:
+        """Where the job's spec is defined: its ``--plugin`` file, else the built-in adapter or
+        entry point named by the key's library. The worker imports just that (``resolve_spec``)."""
+        return SpecSource(self.spec_key.split("/", 1)[0], self.plugins[0] if self.plugins else "")
 
     @property
     def job_id(self) -> str:
@@ -99,50 +110,29 @@ def output_problem(adv: object, inputs: Tensor) -> str:
     return ""
 
 
-def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
-                        targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
-                        clean_logits: Tensor | None = None,
-                        record: BallRecord | None = None) -> tuple[QueryTracker, object, str]:
-    """Run ``spec`` through a fresh QueryTracker; returns (tracker, returned, error line).
+def attack_with_tracker(spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
+                        criterion: Criterion | None = None, targets: Tensor | None = None,
+                        on_progress: Callable[[int], None] | None = None, clean_logits: Tensor | None = None,
+                        record: BallRecord | None = None) -> tuple[QueryTracker, Tensor | None, str]:
+    """Run ``spec`` on ``inputs`` (N×C×H×W) and ``labels`` (N) through a fresh QueryTracker;
+    returns (tracker, what the attack returned, error line).
 
-    Fixed-ε specs go through the minimal-ε search, which fills ``record`` when given
-    (``BallRecord.empty(inputs)``). An exception becomes the error line; the tracker (and the
-    record) keep what they saw before it.
+    ``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)``; ``targets=`` (N) is
+    the older spelling of ``criterion=Targeted(targets)``. Fixed-ε specs go through the minimal-ε
+    search, which fills ``record`` when given (``BallRecord.empty(inputs)``). An exception becomes
+    the error line; the tracker (and the record) keep what they saw before it.
     """
-    targeted = targets is not None
-    tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, targeted=targeted,
-                           targets=targets, on_progress=on_progress, clean_logits=clean_logits)
-    kw = {"targeted": True, "targets": targets} if targeted else {}
+    if criterion is not None and targets is not None:
+        raise ValueError("give attack_with_tracker either criterion= or targets=, not both")
+    criterion = as_criterion(criterion if criterion is not None else targets)
+    tracker = QueryTracker(model, inputs, labels, norm=spec.norm, budget=budget, criterion=criterion,
+                           on_progress=on_progress, clean_logits=clean_logits)
     try:
-        if spec.kind == "minimal":
+        if spec.kind is AttackKind.MINIMAL:
             # a private copy: some attacks change their input in place (adv-lib's tr detaches it)
-            returned = spec.run(tracker, inputs.clone(), labels.clone(), **kw)
+            returned = spec.run(tracker, inputs.clone(), labels.clone(), **criterion.attack_kwargs())
         else:
-            def attack(idx: Tensor, x: Tensor, eps):
-                sub_kw = {"targeted": True, "targets": targets[idx]} if targeted else {}
-                tracker.expect(idx)  # the search attacks a subset: tell the tracker which
-                try:
-                    adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **sub_kw)
-                finally:
-                    tracker.expect(None)
-                problem = output_problem(adv, x)
-                if problem:
-                    raise InvalidOutput(problem)
-                return adv
-
-            def success(x: Tensor, idx: Tensor) -> Tensor:
-                # a counted query through the tracker (README "How a run is measured"): past the
-                # budget it answers "not adversarial", so the search cannot steer for free
-                tracker.expect(idx)
-                try:
-                    with torch.no_grad():
-                        return tracker.judge(tracker(x), idx)
-                finally:
-                    tracker.expect(None)
-
-            returned = minimal_search(attack, inputs, spec.norm, success, lambda: tracker.queries,
-                                      budget, per_sample_eps=spec.per_sample_eps,
-                                      clean_adversarial=tracker.clean_adversarial, record=record)
+            returned = _search_fixed(spec, tracker, inputs, labels, criterion, budget, record)
     except InvalidOutput as exc:
         return tracker, None, f"invalid: {exc}"
     except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
@@ -152,102 +142,159 @@ def attack_with_tracker(spec, model: nn.Module, inputs: Tensor, labels: Tensor, 
     return tracker, returned, ""
 
 
+def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, labels: Tensor, criterion: Criterion,
+                  budget: int, record: BallRecord | None) -> Tensor:
+    """A fixed-ε spec made minimal by ``minimal_search``, every call and check through ``tracker``."""
+    def attack(idx: Tensor, x: Tensor, eps: float | Tensor) -> Tensor:
+        tracker.expect(idx)  # the search attacks a subset: tell the tracker which
+        try:
+            adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **criterion.take(idx).attack_kwargs())
+        finally:
+            tracker.expect(None)
+        problem = output_problem(adv, x)
+        if problem:
+            raise InvalidOutput(problem)
+        return adv
+
+    def success(x: Tensor, idx: Tensor) -> Tensor:
+        # a counted query through the tracker (README "How a run is measured"): past the
+        # budget it answers "not adversarial", so the search cannot steer for free
+        tracker.expect(idx)
+        try:
+            with torch.no_grad():
+                return tracker.judge(tracker(x), idx)
+        finally:
+            tracker.expect(None)
+
+    return minimal_search(attack, inputs, spec.norm, success, lambda: tracker.queries, budget,
+                          per_sample_eps=spec.per_sample_eps, clean_adversarial=tracker.clean_adversarial,
+                          record=record)
+
+
 class InvalidOutput(Exception):
     """An attack returned something that is not a valid adversarial batch."""
 
 
-def job_rows(job: Job, spec, library_version: str, model: nn.Module, subset, targets: Tensor | None,
-             log=None, progress: JobProgress | None = None, clean_logits: Tensor | None = None) -> pd.DataFrame:
-    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows.
+@dataclass
+class BatchOutcome:
+    """One batch of a job after the attack: its rows of the subset, the tracker that measured it,
+    what the attack returned (None after an error), the error line, and the fixed-ε search's record."""
 
-    ``progress(samples done, samples, budget fraction used in the current batch)`` is called as
-    the job goes: after each batch, and while one runs. ``clean_logits`` (N×classes, from
-    ``clean_logits``) spares each batch's tracker its own clean forward. A run twin
-    (``attackaudit.sources.twins``) runs the attack with another seed (``M~seed``) or one sample per call
-    (``M~split``)."""
+    rows: slice
+    tracker: QueryTracker
+    returned: Tensor | None
+    error: str
+    record: BallRecord | None
+
+
+def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module, subset: Subset,
+             criterion: Criterion | Tensor | None, log: TextIO | None = None, progress: JobProgress | None = None,
+             clean_logits: Tensor | None = None) -> pd.DataFrame:
+    """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows (``ROW_COLUMNS``).
+
+    ``criterion``: ``Untargeted()`` or ``Targeted(targets)`` (the N targets of the subset; the
+    older form, the targets or None, is read as these). ``progress(samples done, samples, budget
+    fraction used in the current batch)`` is called as the job goes: after each batch, and while
+    one runs. ``clean_logits`` (N×classes, from ``clean_logits``) spares each batch's tracker its
+    own clean forward. A run twin (``attackaudit.sources.twins``) runs the attack with another seed
+    (``M~seed``) or one sample per call (``M~split``)."""
     spec = twins.twin_spec(spec, job.model)
     seed_everything(twins.attack_seed(job.model, job.seed))
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
     inputs, labels = subset.inputs.to(device), subset.labels.to(device)
-    tgt = targets.to(device) if targets is not None else None
+    criterion = as_criterion(criterion).to(device)
     model = model.to(device).eval()
     if job.model.endswith(PERM_SUFFIX):  # the twin's classes are σ of the base model's
-        labels, tgt = perm_twin_classes(model, inputs, labels, tgt, clean_logits)
+        labels, targets = perm_twin_classes(model, inputs, labels, criterion.targets, clean_logits)
+        criterion = as_criterion(targets)
     start = time.perf_counter()
-    batches = _batches(len(labels), twins.batch_size(job.model, job.batch_size))
-    trackers, returned_parts, errors, records = [], [], [], []
-    for sl in batches:
-        on_queries = None
-        if progress is not None:
-            def on_queries(used: int, done: int = sl.start) -> None:
-                progress(done, len(labels), min(1.0, used / job.budget))
-        record = BallRecord.empty(inputs[sl]) if spec.kind == "fixed" else None
-        tracker, returned, error = attack_with_tracker(
-            spec, model, inputs[sl], labels[sl], budget=job.budget,
-            targets=tgt[sl] if tgt is not None else None, on_progress=on_queries,
-            clean_logits=clean_logits[sl].to(device) if clean_logits is not None else None, record=record)
-        tracker.on_progress = None  # reading its results later must not report this batch again
-        if progress is not None:
-            progress(sl.stop, len(labels), 0.0)
-        if error and log is not None:
-            log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
-        trackers.append(tracker)
-        returned_parts.append(returned)
-        errors.append(error)
-        records.append(record)
+    outcomes = _attack_batches(job, spec, model, inputs, labels, criterion, log, progress, clean_logits)
     wall = time.perf_counter() - start
-
-    frames = []
-    for sl, tracker, returned, error, record in zip(batches, trackers, returned_parts, errors, records):
-        x, y = inputs[sl], labels[sl]
-        t = tgt[sl] if tgt is not None else None
-        status = "ok"
-        if error:
-            status = next((k for k in ("invalid", UNSUPPORTED) if error.startswith(f"{k}: ")), "crash")
-            error = error.removeprefix(f"{status}: ")
-        elif (problem := output_problem(returned, x)):
-            status, error = "invalid", problem
-        n = len(y)
-        ret_adv = np.zeros(n, dtype=bool)
-        ret_dist = np.full(n, np.inf)
-        if status == "ok":
-            adv = returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
-            ok = tracker.offer(adv)
-            ret_adv = ok.cpu().numpy()
-            dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
-            ret_dist = np.where(ret_adv, dist, np.inf)
-        dropped = tracker.recheck()  # a best that is not adversarial on the model is not reported
-        best = tracker.best_adversarial - x
-        found = torch.isfinite(tracker.best_distance).cpu().numpy()
-        frame = pd.DataFrame({
-            "sample": subset.indices[sl.start:sl.stop],
-            "label": y.cpu().numpy(),
-            "clean_correct": tracker.clean_correct.cpu().numpy(),
-            "target": t.cpu().numpy() if t is not None else np.full(n, -1),
-            "forwards": tracker.forwards.cpu().numpy(),
-            "backwards": tracker.backwards.cpu().numpy(),
-            "refused": tracker.refused.cpu().numpy(),
-            "best_dropped": dropped.cpu().numpy(),
-            "best_distance": tracker.best_distance.cpu().numpy().astype(float),
-            **{f"best_{nm}": np.where(found, lp_norm(best, nm).cpu().numpy().astype(float), np.inf)
-               for nm in ("l0", "l1", "l2", "linf")},
-            "returned_distance": ret_dist,
-            "returned_adversarial": ret_adv,
-            "status": status,
-            "error": error,
-            **_defect_columns(tracker, x, returned if status == "ok" else None, record),
-        })
-        frames.append(frame)
+    frames = [_batch_frame(o, spec, inputs[o.rows], labels[o.rows], criterion.take(o.rows),
+                           subset.indices[o.rows.start:o.rows.stop]) for o in outcomes]
     rows = pd.concat(frames, ignore_index=True)
     rows = rows.assign(
         run=job.run, job_id=job.job_id, model=job.model, dataset=subset.dataset,
         subset_hash=subset.hash, library=spec.library, library_version=library_version,
-        attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm, kind=spec.kind,
-        params_hash=spec.params_hash, params=json.dumps(dict(spec.params), sort_keys=True, default=str),
+        attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm,
+        kind=spec.kind.value, params_hash=spec.params_hash,
+        params=json.dumps(dict(spec.params), sort_keys=True, default=str),
         targeted=job.targeted, budget=job.budget, wall_s=wall)
     return rows[ROW_COLUMNS]
+
+
+def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor,
+                    criterion: Criterion, log: TextIO | None, progress: JobProgress | None,
+                    clean_logits: Tensor | None) -> list[BatchOutcome]:
+    """The attack on each batch of the job (``twins.batch_size``), one fresh tracker per batch."""
+    n = len(labels)
+    outcomes = []
+    for sl in _batches(n, twins.batch_size(job.model, job.batch_size)):
+        on_queries = None
+        if progress is not None:
+            def on_queries(used: int, done: int = sl.start) -> None:
+                progress(done, n, min(1.0, used / job.budget))
+        record = BallRecord.empty(inputs[sl]) if spec.kind is AttackKind.FIXED else None
+        tracker, returned, error = attack_with_tracker(
+            spec, model, inputs[sl], labels[sl], budget=job.budget, criterion=criterion.take(sl),
+            on_progress=on_queries, clean_logits=clean_logits[sl].to(inputs.device) if clean_logits is not None else None,
+            record=record)
+        tracker.on_progress = None  # reading its results later must not report this batch again
+        if progress is not None:
+            progress(sl.stop, n, 0.0)
+        if error and log is not None:
+            log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
+        outcomes.append(BatchOutcome(sl, tracker, returned, error, record))
+    return outcomes
+
+
+def _batch_status(outcome: BatchOutcome, x: Tensor) -> tuple[str, str]:
+    """(status, error) of a batch: an error line's prefix names invalid or unsupported, any other
+    error is a crash; a returned batch that breaks the output contract is invalid."""
+    error = outcome.error
+    if error:
+        status = next((k for k in ("invalid", UNSUPPORTED) if error.startswith(f"{k}: ")), "crash")
+        return status, error.removeprefix(f"{status}: ")
+    problem = output_problem(outcome.returned, x)
+    return ("invalid", problem) if problem else ("ok", "")
+
+
+def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, criterion: Criterion,
+                 samples: np.ndarray) -> pd.DataFrame:
+    """The per-sample columns of one batch (``x``: N×C×H×W, ``y``: N): the returned output
+    re-checked on the unwrapped model, the tracker's counts and its re-checked bests."""
+    tracker, n = outcome.tracker, len(y)
+    status, error = _batch_status(outcome, x)
+    ret_adv = np.zeros(n, dtype=bool)
+    ret_dist = np.full(n, np.inf)
+    if status == "ok":
+        adv = outcome.returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
+        ret_adv = tracker.offer(adv).cpu().numpy()
+        dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
+        ret_dist = np.where(ret_adv, dist, np.inf)
+    dropped = tracker.recheck()  # a best that is not adversarial on the model is not reported
+    best = tracker.best_adversarial - x
+    found = torch.isfinite(tracker.best_distance).cpu().numpy()
+    return pd.DataFrame({
+        "sample": samples,
+        "label": y.cpu().numpy(),
+        "clean_correct": tracker.clean_correct.cpu().numpy(),
+        "target": criterion.target_column(n),
+        "forwards": tracker.forwards.cpu().numpy(),
+        "backwards": tracker.backwards.cpu().numpy(),
+        "refused": tracker.refused.cpu().numpy(),
+        "best_dropped": dropped.cpu().numpy(),
+        "best_distance": tracker.best_distance.cpu().numpy().astype(float),
+        **{f"best_{nm}": np.where(found, lp_norm(best, nm).cpu().numpy().astype(float), np.inf)
+           for nm in ("l0", "l1", "l2", "linf")},
+        "returned_distance": ret_dist,
+        "returned_adversarial": ret_adv,
+        "status": status,
+        "error": error,
+        **_defect_columns(tracker, x, outcome.returned if status == "ok" else None, outcome.record),
+    })
 
 
 def _strict_class(logits: Tensor) -> Tensor:
@@ -282,8 +329,8 @@ def _defect_columns(tracker: QueryTracker, x: Tensor, returned: Tensor | None,
                 ("eps_fail_max", "fail_eps"), ("eps_fail_ratio", "fail_ratio"))}}
 
 
-def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_version: str = "",
-                 clean_correct: np.ndarray | None = None) -> pd.DataFrame:
+def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: AttackSpec | None = None,
+                 library_version: str = "", clean_correct: np.ndarray | None = None) -> pd.DataFrame:
     """Rows for a job that produced nothing (worker died, timed out, spec missing)."""
     implementation, _, norm = job.spec_key.rpartition("/")
     library, _, name = implementation.partition("/")
@@ -293,7 +340,7 @@ def failure_rows(job: Job, subset, status: str, error: str, spec=None, library_v
         "clean_correct": clean_correct if clean_correct is not None else False,
         "library": library, "library_version": library_version, "attack": name.split(":")[0],
         "implementation": implementation, "family": spec.family if spec else "", "norm": norm,
-        "kind": spec.kind if spec else "", "params_hash": spec.params_hash if spec else "",
+        "kind": spec.kind.value if spec else "", "params_hash": spec.params_hash if spec else "",
         "params": json.dumps(dict(spec.params), sort_keys=True, default=str) if spec else "{}",
         "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
         "refused": 0, "best_dropped": 0, "best_distance": np.inf, "best_l0": np.inf, "best_l1": np.inf, "best_l2": np.inf,

@@ -10,16 +10,21 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
 from attackaudit.run.config import ConfigError, RunConfig
-from attackaudit.run.executors import DaskExecutor, Limits, LocalExecutor
+from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
 from attackaudit.run.job import Job
 from attackaudit.results.store import ensure_writable, job_is_complete, read_manifest, repeat_dir, write_manifest
 from attackaudit.sources.twins import has_job, run_twin_models, twin_samples
 from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, twin_of
+
+if TYPE_CHECKING:
+    from attackaudit.adapters import AttackSpec
+    from attackaudit.sources.data import Subset
 
 
 @dataclass
@@ -30,12 +35,12 @@ class Plan:
     versions: dict[str, str]
     subset_hash: str
     specs: dict[str, dict] = field(default_factory=dict)
-    subset: object = None        # the attacked samples (attackaudit.sources.data.Subset)
+    subset: Subset | None = None  # the attacked samples
     notes: list[str] = field(default_factory=list)  # --plugin attacks the filters left out, said on stderr
     plugin_fingerprints: dict[str, str] = field(default_factory=dict)  # plugin file -> fingerprint
 
 
-def _excluded_by(spec, config: RunConfig) -> str:
+def _excluded_by(spec: AttackSpec, config: RunConfig) -> str:
     """The name filter (--families, --norms, --attacks) that leaves ``spec`` out, or ''."""
     for flag, chosen, value in (("--families", config.families, spec.family), ("--norms", config.norms, spec.norm)):
         if chosen is not None and value not in chosen:
@@ -46,7 +51,31 @@ def _excluded_by(spec, config: RunConfig) -> str:
     return ""
 
 
-def _matches(spec, config: RunConfig) -> bool:
+def _criterion_skip(spec: AttackSpec, targeted: bool) -> tuple[str, str]:
+    """(why the manifest lists ``spec`` as skipped, the note a ``--plugin`` spec gets on stderr)
+    when the run's criterion (``--targeted`` or not) has no call for it, else ("", "")."""
+    if targeted and not spec.targeted_support:
+        return spec.note or "no targeted mode in this library", "skipped by --targeted (targeted_support=False)"
+    if not targeted and spec.targeted_only:
+        return ("targeted only: runs with --targeted",
+                "skipped: targeted only (targeted_only=True), run with --targeted")
+    return "", ""
+
+
+def _job(config: RunConfig, model: str, spec: AttackSpec, plugin_ref: str) -> Job:
+    """The job of ``spec`` on ``model``; ``plugin_ref``: the ``--plugin`` file that defines the
+    spec (``PluginSource.ref``, pinned to its content) or "" for a built-in or entry-point spec."""
+    return Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
+               samples=twin_samples(model, config.samples, config.split_samples),
+               seed=config.seed, budget=config.budget, targeted=config.targeted, device=config.device,
+               batch_size=config.batch_size, plugins=(plugin_ref,) if plugin_ref else (),
+               steps_scale=config.steps_scale,
+               model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
+               threat_model=config.threat_model, allow_download=config.allow_download,
+               trust_checkpoint=config.trust_checkpoint)
+
+
+def _matches(spec: AttackSpec, config: RunConfig) -> bool:
     if config.libraries is not None and spec.library not in config.libraries:
         return False
     return not _excluded_by(spec, config)
@@ -92,30 +121,17 @@ def plan(config: RunConfig) -> Plan:
                     continue
             elif not _matches(spec, config):
                 continue
-            if config.targeted and not spec.targeted_support:
-                skipped.append({"attack": spec.key, "reason": spec.note or "no targeted mode in this library"})
+            reason, plugin_note = _criterion_skip(spec, config.targeted)
+            if reason:
+                skipped.append({"attack": spec.key, "reason": reason})
                 if entry.plugin is not None:
-                    left_out.setdefault((entry.plugin.path, "skipped by --targeted (targeted_support=False)"),
-                                        []).append(spec.key)
-                continue
-            if not config.targeted and spec.targeted_only:
-                skipped.append({"attack": spec.key, "reason": "targeted only: runs with --targeted"})
-                if entry.plugin is not None:
-                    left_out.setdefault((entry.plugin.path, "skipped: targeted only (targeted_only=True), "
-                                                            "run with --targeted"), []).append(spec.key)
+                    left_out.setdefault((entry.plugin.path, plugin_note), []).append(spec.key)
                 continue
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
-                               "norm": spec.norm, "kind": spec.kind, "params": dict(spec.params)}
-            for model in [m for m in models if has_job(m, spec)]:  # a seed twin: randomised specs only
-                jobs.append(Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
-                                samples=twin_samples(model, config.samples, config.split_samples),
-                                seed=config.seed, budget=config.budget,
-                                targeted=config.targeted, device=config.device,
-                                batch_size=config.batch_size, plugins=(entry.plugin.ref,) if entry.plugin else (),
-                                steps_scale=config.steps_scale,
-                                model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
-                                threat_model=config.threat_model, allow_download=config.allow_download,
-                                trust_checkpoint=config.trust_checkpoint))
+                               "norm": spec.norm, "kind": spec.kind.value, "params": dict(spec.params)}
+            plugin_ref = entry.plugin.ref if entry.plugin else ""
+            jobs += [_job(config, model, spec, plugin_ref) for model in models
+                     if has_job(model, spec)]  # a seed twin: randomised specs only
     if not jobs and not unavailable:
         raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
                           "`attackaudit attacks` lists the catalogue")
@@ -143,7 +159,7 @@ class RunSummary:
                 f"in {self.wall_s:.1f} s -> {self.run_dir}")
 
 
-def run_identity(config: RunConfig, p: Plan) -> dict:
+def run_identity(config: RunConfig, p: Plan) -> dict[str, object]:
     """What determines results: the result config, plus each --plugin file's fingerprint (its
     content and the library version it records), so that an edited plugin is a changed config."""
     identity = config.result_config()
@@ -152,7 +168,7 @@ def run_identity(config: RunConfig, p: Plan) -> dict:
     return identity
 
 
-def check_resumable(run_dir: Path, config: RunConfig, current: dict | None = None) -> None:
+def check_resumable(run_dir: Path, config: RunConfig, current: dict[str, object] | None = None) -> None:
     manifest = read_manifest(run_dir)
     if manifest is None or config.force:
         return
@@ -185,7 +201,7 @@ def supersede(run_dir: Path, current: set[str]) -> None:
             path.replace(run_dir / "superseded" / path.name)
 
 
-def run(config: RunConfig, executor=None) -> RunSummary:
+def run(config: RunConfig, executor: Executor | None = None) -> RunSummary:
     """Run (or resume) the grid of ``config`` in this interpreter; returns the summary. (A release
     audit runs a whole grid under a release's interpreter with ``audit_env.run_under``.)
     ``executor``: one with ``LocalExecutor.run``'s signature instead of ``config.executor``'s
@@ -225,7 +241,7 @@ def run(config: RunConfig, executor=None) -> RunSummary:
                disable=config.quiet,
                desc="jobs", unit="job", dynamic_ncols=True)
 
-    def on_done(job: Job, result: dict) -> None:
+    def on_done(job: Job, result: dict[str, str]) -> None:
         bar.update(1)
         bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
 
@@ -250,7 +266,7 @@ class SampleBars:
         self.bars: dict[int, tqdm] = {}
         self.jobs: dict[int, str] = {}
 
-    def update(self, slot: int, job: Job, done: int, total: int, used: float) -> None:
+    def update(self, slot: int, job: Job | None, done: int, total: int, used: float) -> None:
         if not self.enabled or job is None:
             return
         bar = self.bars.get(slot)

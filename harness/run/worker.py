@@ -11,38 +11,46 @@ import time
 import traceback
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import pandas as pd
 import torch
+from torch import Tensor
 
 import attackaudit.sources.twins as twins
+from attackaudit.adapters import AttackSpec, LibraryEntry, PluginError, SpecError, SpecSource
+from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.run.job import Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
 from attackaudit.results.store import job_path, logs_dir, write_job
 
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from attackaudit.sources.data import Subset
+
 
 @lru_cache(maxsize=8)
-def _catalogue(library: str, plugins: tuple[str, ...]):
-    from attackaudit.adapters import BUILTIN_LIBRARIES, catalogue
+def _spec_entries(source: SpecSource) -> tuple[list[LibraryEntry], str]:
+    """(the entries ``source`` defines, "") or ([], why it cannot be loaded): a worker runs many
+    jobs of one library, so it imports and validates each source once."""
+    try:
+        return source.load(), ""
+    except (PluginError, SpecError) as exc:
+        return [], str(exc)
 
-    if library in BUILTIN_LIBRARIES:
-        return catalogue([library])
-    return catalogue([library], plugins=plugins)
 
-
-def resolve_spec(job: Job):
-    """(spec, library_version, error) for the job's spec key."""
-    library = job.spec_key.split("/", 1)[0]
-    entries = _catalogue(library, job.plugins)
-    for entry in entries:
-        if not entry.available:
-            return None, entry.version, f"library {library} unavailable: {entry.reason}"
-        for spec in entry.specs:
-            if spec.key == job.spec_key:
-                return spec.scaled(job.steps_scale), entry.version, ""
-    return None, entries[0].version if entries else "", f"attack {job.spec_key} is not in the catalogue"
+def resolve_spec(job: Job) -> tuple[AttackSpec | None, str, str]:
+    """(spec scaled by ``job.steps_scale``, library version, "") or (None, version, the one-line
+    reason) for the job's spec: only the job's ``spec_source`` is imported, never the catalogue."""
+    entries, error = _spec_entries(job.spec_source)
+    if error:
+        return None, "", error
+    spec, version, error = job.spec_source.find(job.spec_key, entries)
+    return (spec.scaled(job.steps_scale) if spec is not None else None), version, error
 
 
 @lru_cache(maxsize=4)
-def job_subset(dataset: str, samples: int, seed: int):
+def job_subset(dataset: str, samples: int, seed: int) -> Subset:
     """The job's evaluation subset, cached: a worker runs many jobs on the same subset."""
     from attackaudit.sources.data import load_subset
 
@@ -64,7 +72,7 @@ _CLEAN: dict[tuple, torch.Tensor] = {}
 _CLEAN_ENTRIES = 16
 
 
-def _clean_logits(job: Job, model: torch.nn.Module, subset) -> torch.Tensor:
+def _clean_logits(job: Job, model: torch.nn.Module, subset: Subset) -> Tensor:
     with torch.no_grad():  # a cheap fingerprint of the weights: a file changed between two runs
         weights = tuple(float(p.detach().flatten()[:64].double().sum()) for p in model.parameters())
     batch_size = twins.batch_size(job.model, job.batch_size)  # the batches the job's attack gets
@@ -77,13 +85,20 @@ def _clean_logits(job: Job, model: torch.nn.Module, subset) -> torch.Tensor:
     return _CLEAN[key]
 
 
-def job_targets(job: Job, subset, num_classes: int):
+def job_criterion(job: Job, subset: Subset, num_classes: int) -> Criterion:
+    """The job's criterion: ``Untargeted()``, or with ``--targeted`` ``Targeted`` with the seeded
+    random targets of the subset (one per sample, never its label; the same for every job of the run)."""
     from attackaudit.sources.data import random_targets
 
-    return random_targets(subset.labels, num_classes, job.seed) if job.targeted else None
+    return Targeted(random_targets(subset.labels, num_classes, job.seed)) if job.targeted else Untargeted()
 
 
-def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = None) -> dict:
+def job_targets(job: Job, subset: Subset, num_classes: int) -> Tensor | None:
+    """The targets of ``job_criterion`` (N), or None untargeted."""
+    return job_criterion(job, subset, num_classes).targets
+
+
+def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = None) -> dict[str, str]:
     """Run one job and write ``jobs/<job_id>.parquet``; returns {job_id, status, counts}.
 
     Never raises for an attack's failure: that becomes rows. Raises only when the rows cannot be
@@ -102,7 +117,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
             try:
                 model = load_job_model(job)
                 clean = _clean_logits(job, model, subset)
-                rows = job_rows(job, spec, version, model, subset, job_targets(job, subset, clean.shape[1]), log,
+                rows = job_rows(job, spec, version, model, subset, job_criterion(job, subset, clean.shape[1]), log,
                                 progress, clean)
             except Exception as exc:  # harness-side failure (model load, ...): still rows, with the cause
                 log.write(traceback.format_exc())
@@ -111,7 +126,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
     return {"job_id": job.job_id, "status": _job_status(rows), "path": str(job_path(run_dir, job.job_id))}
 
 
-def _job_status(rows) -> str:
+def _job_status(rows: pd.DataFrame) -> str:
     statuses = set(rows["status"])
     for status in ("timeout", "crash", "invalid"):
         if status in statuses:
@@ -123,7 +138,7 @@ def _job_status(rows) -> str:
 PROGRESS_INTERVAL = 0.5
 
 
-def _progress_sender(conn) -> JobProgress:
+def _progress_sender(conn: Connection) -> JobProgress:
     """Progress of the running job to the parent, at most every PROGRESS_INTERVAL seconds (and
     always at a batch's end), as ``{"progress": (done, total, budget fraction)}``."""
     last = [time.monotonic()]
@@ -137,7 +152,7 @@ def _progress_sender(conn) -> JobProgress:
     return send
 
 
-def worker_loop(conn, threads: int) -> None:
+def worker_loop(conn: Connection, threads: int) -> None:
     """A persistent child: receive (job, run_dir), execute, answer; ``None`` ends it.
 
     Each job's stderr (and a fatal signal's traceback, via faulthandler) goes to its log file.
