@@ -359,10 +359,12 @@ def test_cache_key_covers_the_resolution(art_1_17, tmp_path):
 
 
 @needs_index
-def test_pin_conflicting_with_torchvision_is_tried_and_named(tmp_path, before):
+def test_pin_conflicting_with_torchvision_is_tried_and_named(tmp_path, before, monkeypatch):
     """cleverhans 3.1.0's pytorch extra pins torchvision==0.3.0: the overlay keeps the project's
     torchvision, names the unmet pin, and the release runs (its PyTorch attacks live in
     cleverhans.future.torch, which the adapter bridges)."""
+    # from the index: the module's adv-lib wheel directory (offline_adv_lib) must not be the only source
+    monkeypatch.delenv("ATTACKAUDIT_PIP_ARGS", raising=False)
     out = tmp_path / "out"
     code, stdout, stderr = audit(["cleverhans==3.1.0", "cleverhans==4.0.0", "--families", "fgm", "--norms", "linf",
                                   "--models", "digits-cnn", "--samples", "8", "--quiet", "--out", str(out)])
