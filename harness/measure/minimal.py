@@ -1,4 +1,4 @@
-"""Minimal-ε search: turns a fixed-budget attack (``kind="fixed"``) into a minimal one.
+"""Minimal-ε search: turns a fixed-budget attack (``AttackKind.FIXED``) into a minimal one.
 
 Per sample: start at a norm-specific ε, double until the attack succeeds, then bisect between
 the largest failing and the smallest successful ε, all inside the one query budget the
@@ -31,6 +31,9 @@ RELATIVE_PRECISION = 1 / 64
 EPS_SLACK = 1e-3
 
 SuccessCheck = Callable[[Tensor, Tensor], Tensor]  # (adversarial rows, sample indices) -> bool mask
+#: ``attack(sample indices (K), their inputs (K×…), ε: one float, or K floats on the CPU) -> K×…``;
+#: the caller binds the rest of the call (the criterion's targets of those indices, the labels)
+BallAttack = Callable[[Tensor, Tensor, "float | Tensor"], Tensor]
 
 
 def inside_ball(dist: Tensor, eps: Tensor) -> Tensor:
@@ -88,7 +91,7 @@ def eps_ceiling(norm: str, dim: int) -> float:
     return {"l0": float(dim), "l1": float(dim), "l2": float(dim) ** 0.5, "linf": 1.0}[norm]
 
 
-def minimal_search(attack: Callable[[Tensor, Tensor, object], Tensor], inputs: Tensor, norm: str,
+def minimal_search(attack: BallAttack, inputs: Tensor, norm: str,
                    is_success: SuccessCheck, queries: Callable[[], Tensor], budget: int,
                    per_sample_eps: bool = False, max_rounds: int = 14,
                    eps_start: float | None = None, clean_adversarial: Tensor | None = None,
