@@ -448,3 +448,24 @@ def test_every_flag_and_column_the_fidelity_tables_hold_is_explained():
     assert all("~seed" in suffixes for suffixes in TWIN_FLAGS.values())
     # silent_failure also covers an attack that ran but broke none of what the others broke
     assert "broke none of the images" in FLAG_MEANINGS["silent_failure"]
+
+
+def test_a_split_twin_on_the_first_images_merges_and_one_outside_does_not():
+    """The demo runs its batch-split twin on the first 4 of 16 images (split_samples): the report
+    must accept that nested subset, and refuse a twin whose images are not the run's."""
+    import pandas as pd
+
+    from attackaudit.reports.run_files import _check_mergeable
+
+    def rows(model, samples, subset):
+        return pd.DataFrame({"model": model, "sample": samples, "subset_hash": subset, "budget": 2000,
+                             "targeted": False})
+
+    run = pd.concat([rows("m", range(16), "h16"), rows("m~split", range(4), "h4")])
+    _check_mergeable([Path("r")], [run])
+    outside = pd.concat([rows("m", range(16), "h16"), rows("m~split", [3, 99], "hx")])
+    with pytest.raises(ValueError, match="outside the run's subset"):
+        _check_mergeable([Path("r")], [outside])
+    other = pd.concat([rows("m", range(16), "h16"), rows("n", range(16), "other")])
+    with pytest.raises(ValueError, match="differ in subset"):
+        _check_mergeable([Path("r")], [other])
