@@ -26,7 +26,7 @@ COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ"
 def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | None:
     """One row per (model with a seed twin, norm, implementation): ``COLUMNS``. ``answer`` is
     ``equivalence.compare`` of the per-image log ratios seed twin / model, Holm over the rows;
-    ``flags`` the flags raised on the seed twin itself (none expected). None when the run has no
+    ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
     ``~seed`` rows."""
     if not table["model"].astype(str).str.endswith(SEED).any():
         return None
@@ -44,15 +44,20 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | 
         results.append(compare(x[np.isfinite(x)]))
     p_diff = holm([res["p_different"] for res in results])
     p_eq = holm([res["p_equivalent"] for res in results])
+    # a flag the seed twin shares with its own model is the attack's own behaviour (e.g. last_not_best
+    # on both seeds), not a separation from itself: only the seed twin's extra flags count
     on_twin: dict[tuple, list[str]] = {}
+    on_model: dict[tuple, set[str]] = {}
     for f in flags.itertuples(index=False) if len(flags) else []:
-        if str(f.model).endswith(SEED):
-            on_twin.setdefault((str(f.model)[: -len(SEED)], f.norm, f.implementation, f.library_version),
-                               []).append(str(f.flag))
+        model = str(f.model)
+        if model.endswith(SEED):
+            on_twin.setdefault((model[: -len(SEED)], f.norm, f.implementation, f.library_version), []).append(str(f.flag))
+        else:
+            on_model.setdefault((model, f.norm, f.implementation, f.library_version), set()).add(str(f.flag))
+    keys = [(r.model, r.norm, r.implementation, r.library_version) for r in check.itertuples(index=False)]
     return check.assign(
         answer=[answer(d, e, ALPHA) for d, e in zip(p_diff, p_eq)],
-        flags=[", ".join(on_twin.get((r.model, r.norm, r.implementation, r.library_version), []))
-               for r in check.itertuples(index=False)])[COLUMNS]
+        flags=[", ".join(f for f in on_twin.get(k, []) if f not in on_model.get(k, set())) for k in keys])[COLUMNS]
 
 
 def seed_twin_sentence(frame: pd.DataFrame) -> str:

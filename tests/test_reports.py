@@ -432,6 +432,30 @@ def test_seed_twins_are_the_noise_floor_and_absent_without_them():
     assert "adv_lib/apgd linf different from itself" in seed_twin_sentence(loud)
 
 
+def test_a_flag_the_seed_twin_shares_with_its_model_is_not_a_separation():
+    """adv_lib/apgd gets last_not_best on its model and on its seed twin (the demo's case): the
+    attack's own behaviour on both seeds, not a seed twin flagged apart from its model; a flag only
+    the seed twin has is named."""
+    from attackaudit.reports.seed_twins import seed_twin_sentence, seed_twin_table
+
+    n = 16
+    t = _two_impls(np.ones(n), seed_ratios=1 + 0.02 * np.sin(np.arange(n)))
+    t = t.assign(implementation=t["library"].astype(str) + "/" + t["attack"].astype(str))
+    version = str(t["library_version"].iloc[0])
+
+    def flag(model, impl, name):
+        return {"model": model, "implementation": impl, "norm": "linf", "library_version": version, "flag": name}
+
+    shared = pd.DataFrame([flag("m", "adv_lib/apgd", "last_not_best"), flag("m~seed", "adv_lib/apgd", "last_not_best")])
+    frame = seed_twin_table(t, shared)
+    assert not frame["flags"].astype(bool).any()
+    assert "No seed twin was flagged or separated from itself" in seed_twin_sentence(frame)
+    apart = pd.DataFrame([flag("m~seed", "adv_lib/apgd", "last_not_best")])
+    frame = seed_twin_table(t, apart)
+    assert frame.set_index("implementation").loc["adv_lib/apgd", "flags"] == "last_not_best"
+    assert "adv_lib/apgd linf flagged last_not_best" in seed_twin_sentence(frame)
+
+
 def test_every_flag_and_column_the_fidelity_tables_hold_is_explained():
     from attackaudit import fidelity
     from attackaudit.fidelity.alignment import PAIR_COLUMNS
