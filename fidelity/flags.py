@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
-                     sample_list, without_twins)
+                     sample_list, twin_kind, without_twins)
 from attackaudit.results.schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
 from .class_failure import class_findings
@@ -253,9 +253,23 @@ def optimality_gap(table: pd.DataFrame) -> list[dict]:
 
 
 def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
-    """A twin is the same network: a finding on ``M~shift`` that ``M`` has too is a repeat."""
+    """A twin is the same network: a finding on ``M~shift`` that ``M`` has too is a repeat.
+
+    The seed twin ``M~seed`` is moreover the same model *and* the same images, attacked with another
+    seed: it is the noise floor, never a model under judgement. A finding of its own (e.g.
+    ``last_not_best`` on 3 of 16 images where ``M`` had 2, under the 3-image minimum) is evidence
+    about the attack on ``M``, so it is reported on ``M``, its evidence saying it came from the seed
+    twin, and a seed twin is never flagged itself."""
     if found.empty:
         return found
+    seed = found["model"].map(lambda m: twin_kind(m) == "seed").to_numpy(bool)
+    if seed.any():  # the model's own findings first, so that one the model has too is the one kept
+        from_seed = found[seed].assign(
+            evidence=[f"on its seed twin {m} (the same model and images, another seed): {e}"
+                      for m, e in zip(found.loc[seed, "model"], found.loc[seed, "evidence"])],
+            model=found.loc[seed, "model"].map(base_of))
+        found = pd.concat([found[~seed], from_seed], ignore_index=True).drop_duplicates(
+            subset=["model", "norm", "implementation", "library_version", "flag"])
     twin = found["model"].map(is_twin)
     on_base = set(zip(found.loc[~twin, "model"], found.loc[~twin, "norm"], found.loc[~twin, "implementation"],
                       found.loc[~twin, "library_version"], found.loc[~twin, "flag"]))

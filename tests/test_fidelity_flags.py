@@ -262,3 +262,25 @@ def test_shift_check_skips_families_not_invariant_by_construction():
     found = flags(t)
     shifted = set(found[found["flag"] == "shift_sensitivity"]["implementation"])
     assert shifted == {"lib/cw"}
+
+
+def test_a_seed_twin_is_never_flagged_itself():
+    """A per-job finding on M~seed (the same model and images, another seed) is evidence about the
+    attack on M: reported on M, saying it came from the seed twin; one M has too is not repeated."""
+    import pandas as pd
+
+    from attackaudit.fidelity.flags import _drop_twin_repeats
+
+    def finding(model, flag, evidence):
+        return {"model": model, "norm": "l2", "implementation": "a/x", "library_version": "1", "flag": flag,
+                "evidence": evidence}
+
+    found = pd.DataFrame([finding("m~seed", "last_not_best", "3 of 16"), finding("m~seed", "crash", "boom"),
+                          finding("m", "crash", "bang"), finding("m~shift", "crash", "bang")])
+    out = _drop_twin_repeats(found)
+    assert not out["model"].str.endswith("~seed").any()
+    by_flag = out.set_index("flag")
+    assert by_flag.loc["crash", "evidence"] == "bang" and by_flag.loc["crash", "model"] == "m"
+    assert by_flag.loc["last_not_best", "model"] == "m"
+    assert by_flag.loc["last_not_best", "evidence"].startswith("on its seed twin m~seed")
+    assert len(out) == 2
