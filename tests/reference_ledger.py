@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -66,13 +67,19 @@ def size_in_dtype(delta: Tensor, norm: str) -> Tensor:
     raise ValueError(norm)
 
 
-def difference(row: list[float], point: list[float], *, finite_only: bool = False) -> list[float]:
-    """``row − point`` coordinate by coordinate, in Python floats (float32 inputs: exact but for
-    rare float64 roundings); inf − inf is NaN, as in torch. ``finite_only``: the row's NaN and ±inf
+def difference(row: list[float], point: list[float], *, finite_only: bool = False,
+               single: bool = False) -> list[float]:
+    """``row − point`` coordinate by coordinate, in Python floats; inf − inf is NaN, as in torch.
+    ``single``: each difference rounded to float32, as the rule's float32 distances have it (a row
+    far outside the box, e.g. at 1e4, is as far from every original in float32: a tie the rule
+    resolves, which exact differences would break). ``finite_only``: the row's NaN and ±inf
     coordinates are left out (the rule's attribution distance; a point's are not)."""
-    if finite_only:
-        return [a - b for a, b in zip(row, point) if math.isfinite(a)]
-    return [a - b for a, b in zip(row, point)]
+    pairs = [(a, b) for a, b in zip(row, point) if math.isfinite(a) or not finite_only]
+    if single:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return (np.asarray([a for a, _ in pairs], np.float32)
+                    - np.asarray([b for _, b in pairs], np.float32)).astype(float).tolist()
+    return [a - b for a, b in pairs]
 
 
 class ReferenceLedger(nn.Module):
@@ -106,7 +113,8 @@ class ReferenceLedger(nn.Module):
 
     # -- the rule's state ----------------------------------------------------------------------
     def _attribution_distance(self, row: list[float], point: list[float], *, finite_only: bool) -> float:
-        return plain_distance(difference(row, point, finite_only=finite_only), self.attribution_norm)
+        return plain_distance(difference(row, point, finite_only=finite_only, single=self.flat.dtype == torch.float32),
+                              self.attribution_norm)
 
     def _reach(self) -> list[float]:
         """Half of each anchor row's distance to the nearest original or anchor row of another sample."""
