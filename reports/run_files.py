@@ -49,16 +49,16 @@ def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
     """Runs merge into one envelope only on the same samples, budget and attack mode. The batch-split
     twin (``MODEL~split``) may run on the first images of the subset only (``split_samples``; subsets
     nest), so its subset is checked to lie inside the run's, not to equal it."""
+    whole = []  # each run's rows on its whole subset (the split twin's left out)
     for d, rows in zip(dirs, tables):
         split = rows["model"].astype(str).str.endswith(SPLIT_TWIN)
         if split.any() and not set(rows.loc[split, "sample"]) <= set(rows.loc[~split, "sample"]):
             raise ValueError(f"run {d}: its batch-split twin attacked images outside the run's subset")
+        whole.append(rows[~split])
     for column, what in (("subset_hash", "subset"), ("budget", "query budget"), ("targeted", "attack mode")):
         seen: dict = {}
-        for d, rows in zip(dirs, tables):
-            if column == "subset_hash":
-                rows = rows[~rows["model"].astype(str).str.endswith(SPLIT_TWIN)]
-            for value in rows[column].unique():
+        for d, rows, rows_whole in zip(dirs, tables, whole):
+            for value in (rows_whole if column == "subset_hash" else rows)[column].unique():
                 seen.setdefault(value, d)
         if len(seen) > 1:
             (a, da), (b, db) = list(seen.items())[:2]
