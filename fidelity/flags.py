@@ -6,15 +6,16 @@ result beyond the attack's own seed noise (``twins.py``), or the attack fails on
 one class while breaking the others, beyond what those images' difficulty explains
 (``class_failure.py``). An attack that is merely weak is never a label bug (``recommend`` gives it
 a weakness note instead). Each statistical rule (those two, ``shift_sensitivity``,
-``optimality_gap``) is Benjamini–Hochberg adjusted over every job the report judges with it.
+``optimality_gap``, ``last_not_best``) is Benjamini–Hochberg adjusted over every job the report
+judges with it.
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
                      sample_list, twin_kind, without_twins)
@@ -37,10 +38,21 @@ FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation
 #: returned distance worse than the tracked best by more than this (relative) counts; above the
 #: minimal-ε search's 1/64 bisection precision so fixed-ε attacks are not flagged for it
 LAST_NOT_BEST_RTOL = 0.05
-#: ... on at least this fraction of the samples it broke (one stray sample is not a pattern)
-LAST_NOT_BEST_MIN_FRACTION = 0.1
-#: silent failure judges an implementation on at least this many samples that others broke
-MIN_EVIDENCE_SAMPLES = 3
+#: null rate per attack kind: the share of the images it broke on which a *sound* attack's returned
+#: output is that much worse than the best it queried (fidelity/README.md, "Flags"). A minimal
+#: attack returns its best: sound ones measured 0 of about 2,500 (job, image) cases on the demo.
+#: A fixed-ε attack answers "is there an adversarial within ε", not "which is closest": under the
+#: minimal-ε search an early iterate at ε* can be adversarial well inside the ball while the
+#: attack goes on to its loss-best point on the sphere; sound APGDs measured 1.5–10.7% per image
+#: (84 images each, pooled over the demo's models), the seed twin of adv_lib apgd L2 3 of 16.
+LAST_NOT_BEST_NULL_RATE = {"minimal": 0.02, "fixed": 0.15}
+#: ... and never on fewer images than this (one stray image is not a pattern)
+LAST_NOT_BEST_MIN_IMAGES = 2
+#: silent failure's floor: a working attack breaks at least this share of the images other
+#: implementations break (the weakest measured on the demo without a defect flag broke 38%, adv_lib
+#: C&W L2; the budget-starved adv_lib fmn L2 16%). Breaking none of m such images, counted once over
+#: all the models it ran on, is flagged when (1 - floor)^m ≤ ``ALPHA``: 11 images or more
+SILENT_FAILURE_FLOOR = 0.25
 #: the twin checks (``twins.py``: label_bug from ``~perm``, shift_sensitivity from ``~shift``,
 #: judged against the seed twin ``~seed`` or a null rate) and the class-conditional rule
 #: (``class_failure.py``) live in their own modules
@@ -93,33 +105,43 @@ def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
-def _last_not_best(g: pd.DataFrame) -> list[tuple[str, str]]:
-    ret, best = g["returned_distance"].to_numpy(), g["best_distance"].to_numpy()
-    with np.errstate(invalid="ignore"):
-        if not (ret > best * (1 + LAST_NOT_BEST_RTOL) + 1e-9).any():
-            return []  # the common case, decided without building frames
+def _last_not_best(g: pd.DataFrame) -> dict | None:
+    """The job's ``last_not_best`` test, before the report-wide adjustment: among the ``ok``
+    images it broke, those whose returned output is worse than the tracked best by more than
+    ``LAST_NOT_BEST_RTOL`` (or not adversarial at all), against a binomial with the null rate of
+    the attack's kind. None when the job broke nothing it could be judged on."""
     elig = g[(g["status"] == "ok") & g["live"] & np.isfinite(g["best_distance"])]
     if elig.empty:
-        return []
-    best, ret = elig["best_distance"], elig["returned_distance"]
-    worse = elig[ret > best * (1 + LAST_NOT_BEST_RTOL) + 1e-9]
-    if len(worse) < max(1, math.ceil(LAST_NOT_BEST_MIN_FRACTION * len(elig))):
-        return []
+        return None
+    best, ret = elig["best_distance"].to_numpy(), elig["returned_distance"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        is_worse = ret > best * (1 + LAST_NOT_BEST_RTOL) + 1e-9
+    k, n = int(is_worse.sum()), len(elig)
+    kind = str(g["kind"].iat[0]) if "kind" in g.columns else "minimal"
+    rate = LAST_NOT_BEST_NULL_RATE.get(kind, LAST_NOT_BEST_NULL_RATE["minimal"])
+    p = float(sps.binom.sf(k - 1, n, rate)) if k else 1.0
+    return {"p": p, "k": k, "n": n, "rate": rate, "kind": kind, "worse": elig[is_worse]}
+
+
+def _last_not_best_evidence(c: dict, q: float) -> str:
+    worse = c["worse"]
     lost = int((~np.isfinite(worse["returned_distance"])).sum())
     both = worse[np.isfinite(worse["returned_distance"])]
     ratio = f"; median returned/best {np.median(both['returned_distance'] / both['best_distance']):.2f}" \
         if len(both) else ""
-    return [("last_not_best", f"returned output worse than the best it had queried on {len(worse)} of "
-                              f"{len(elig)} samples it broke ({lost} returned no adversarial at all{ratio}): "
-                              f"samples {sample_list(worse['sample'])}")]
+    return (f"returned output worse than the best it had queried on {c['k']} of {c['n']} images it broke "
+            f"({lost} returned no adversarial at all{ratio}); null rate {c['rate']:.0%} for a sound {c['kind']} "
+            f"attack, p = {c['p']:.2g}, BH q = {q:.2g} over the report: images {sample_list(worse['sample'])}")
 
 
-def _effort(g: pd.DataFrame) -> list[tuple[str, str]]:
+def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
     """Did the attack run at all (``silent_failure``)? A gradient attack without any backward
-    pass; about one query per sample and nothing broken; or none of ≥ ``MIN_EVIDENCE_SAMPLES``
-    samples other implementations broke was broken (ASR = clean error rate). An attack whose
-    outputs left [0, 1] in any batch of the job ran, and is named for that (``out_of_box``)
-    rather than for not running."""
+    pass; about one query per sample and nothing broken; or none of the images other
+    implementations broke was broken (ASR = clean error rate) on this model nor on any other it
+    ran on (``anywhere``: per implementation and norm, the images others broke and those it broke,
+    over every model), with (1 - ``SILENT_FAILURE_FLOOR``)^images ≤ ``ALPHA``. An attack whose
+    outputs left [0, 1] in any batch of the job ran, and is named for that (``out_of_box``) rather
+    than for not running."""
     ok = (g["status"] == "ok").to_numpy()
     if not ok.any():
         return []
@@ -140,32 +162,58 @@ def _effort(g: pd.DataFrame) -> list[tuple[str, str]]:
     if m and success == 0 and (forwards + backwards).sum() <= ok.sum():
         return [("silent_failure", f"at most one query per sample and none of the {m} samples other "
                                    f"implementations broke was broken; {rates}")]
-    if m >= MIN_EVIDENCE_SAMPLES and success == 0:
-        return [("silent_failure", f"broke none of the {m} samples other implementations broke "
-                                   f"({forwards.mean():.0f} forwards, {backwards.mean():.0f} backwards "
-                                   f"per sample); {rates}")]
+    targets, broken, n_models = anywhere[(g["implementation"].iat[0], g["library_version"].iat[0], g["norm"].iat[0])]
+    p = (1 - SILENT_FAILURE_FLOOR) ** len(targets)
+    if m and success == 0 and not broken and p <= ALPHA:
+        where = f" on any of its {n_models} models (and their twins)" if n_models > 1 else ""
+        return [("silent_failure", f"broke none of the {len(targets)} images other implementations broke{where} "
+                                   f"({forwards.mean():.0f} forwards, {backwards.mean():.0f} backwards per sample "
+                                   f"here); a working attack breaks at least {SILENT_FAILURE_FLOOR:.0%} of them "
+                                   f"(p = {p:.2g}); {rates}")]
     return []
 
 
+def _anywhere(rows: pd.DataFrame) -> dict:
+    """Per (implementation, library_version, norm): the images (sample ids) other implementations
+    broke where it ran ``ok``, those it broke, over every model, and how many models it ran on."""
+    ok = rows[rows["status"] == "ok"]
+    out = {}
+    for key, g in ok.groupby(["implementation", "library_version", "norm"], sort=False):
+        target = g["live"].to_numpy(bool) & np.isfinite(g["d_star"].to_numpy(float))
+        hit = target & np.isfinite(g["best_distance"].to_numpy(float))
+        out[key] = (set(g["sample"].to_numpy()[target]), set(g["sample"].to_numpy()[hit]),
+                    g["model"].map(base_of).nunique())
+    return out
+
+
 def _per_job(rows: pd.DataFrame) -> list[dict]:
-    """``rows``: prepared rows with ``d_star`` and ``live``."""
-    out = []
+    """``rows``: prepared rows with ``d_star`` and ``live``. The facts of each job's own rows, and
+    ``last_not_best``, a test per job, Benjamini–Hochberg adjusted over every job it judges."""
+    out, tested, anywhere = [], [], _anywhere(rows)
     for key, g in rows.groupby(JOB_KEY, sort=True):
-        for flag, evidence in _status_flags(g) + _last_not_best(g) + _effort(g):
+        for flag, evidence in _status_flags(g) + _effort(g, anywhere):
             out.append(dict(zip(JOB_KEY, key)) | {"flag": flag, "evidence": evidence})
+        lnb = _last_not_best(g)
+        if lnb is not None:
+            tested.append((key, lnb))
+    q = benjamini_hochberg([c["p"] for _, c in tested]) if tested else []
+    for (key, c), qv in zip(tested, q):
+        if qv < ALPHA and c["k"] >= LAST_NOT_BEST_MIN_IMAGES:
+            out.append(dict(zip(JOB_KEY, key)) | {"flag": "last_not_best", "evidence": _last_not_best_evidence(c, qv)})
     return out
 
 
 #: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
 #: selections cheap on demo-size tables)
-_ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "status", "error", "refused", "budget", "forwards",
+_ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "kind", "status", "error", "refused", "budget", "forwards",
                 "backwards", "best_distance", "returned_distance"]
 
 
 def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
     d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
     slim = t[[c for c in _ROW_COLUMNS if c in t.columns]]
-    slim = slim.assign(**{c: slim[c].astype(object) for c in ("status", "error", "family")})
+    slim = slim.assign(**{c: slim[c].astype(object) for c in ("status", "error", "family", "kind")
+                          if c in slim.columns})
     rows = slim.merge(d_star, on=SAMPLE_KEY, how="left")
     rows["live"] = rows["d_star"] > 0
     return rows

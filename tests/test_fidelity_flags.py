@@ -71,6 +71,62 @@ def test_last_not_best_returns_wandered_iterate():
     assert ("b/last", "last_not_best") not in got
 
 
+def _worse_on(idx, factor=1.3):
+    """D, returned ``factor`` farther on the samples ``idx``."""
+    out = D.copy()
+    out[idx] *= factor
+    return out
+
+
+def test_last_not_best_is_judged_against_the_noise_of_the_attacks_kind():
+    """4 of 22 broken images returned > 5% worse than the best queried: a finding for a minimal
+    attack (null rate 2%, p ≈ 7e-4), the measured noise of a sound fixed-ε attack under the
+    minimal-ε search (null rate 15%, p ≈ 0.4)."""
+    four = _worse_on([3, 7, 11, 15])
+    got, f = found(table(healthy(), healthy(impl="b/min", returned=four)))
+    assert ("b/min", "last_not_best") in got
+    ev = f[f.flag == "last_not_best"].evidence.iloc[0]
+    assert "4 of 22 images" in ev and "null rate 2% for a sound minimal attack" in ev and "BH q" in ev
+    got, _ = found(table(healthy(), healthy(impl="b/fix", family="pgd", kind="fixed", returned=four)))
+    assert ("b/fix", "last_not_best") not in got
+    # a fixed-ε attack returning its last iterate on most images is still found
+    most = _worse_on(np.arange(2, 16))
+    got, _ = found(table(healthy(), healthy(impl="b/fix", family="pgd", kind="fixed", returned=most)))
+    assert ("b/fix", "last_not_best") in got
+
+
+def test_last_not_best_is_adjusted_over_the_report():
+    """One marginal job (3 of 22, p ≈ 0.009) is a finding alone, not among 30 sound jobs of the
+    same kind (BH: q ≈ 0.29): the rule controls its error over every job it judges."""
+    three = _worse_on([3, 7, 11])
+    got, _ = found(table(healthy(), healthy(impl="b/min", returned=three)))
+    assert ("b/min", "last_not_best") in got
+    crowd = [healthy(model=f"m{i}", impl=f"x/s{i}") for i in range(30)]
+    got, f = found(table(healthy(), healthy(impl="b/min", returned=three), *crowd))
+    assert ("b/min", "last_not_best") not in got, f.to_string()
+
+
+def test_silent_failure_is_judged_over_every_model_of_the_implementation():
+    """Broke nothing on a model's twin but images on the model itself: a weak attack, not a silent
+    failure; broke nothing anywhere on 22 images: silent failure; on 8 images only: too few to
+    tell from a weak attack (0.75^8 = 0.10 > 0.05), inconclusive, no flag."""
+    nothing = np.where(D > 0, INF, 0.0)
+    weak = np.where(np.arange(D.size) % 4 == 0, D * 2, nothing)
+    t = table(healthy(), job_rows("m", "b/weak", "l2", weak, family="fmn", forwards=300, backwards=300),
+              healthy(model="m~shift"), job_rows("m~shift", "b/weak", "l2", nothing, family="fmn", forwards=300,
+                                                 backwards=300))
+    got, f = found(t)
+    assert ("b/weak", "silent_failure") not in got, f.to_string()
+    dead = job_rows("m", "b/dead", "l2", nothing, family="fmn", forwards=300, backwards=300)
+    got, f = found(table(healthy(), dead))
+    assert ("b/dead", "silent_failure") in got
+    assert "broke none of the 22 images" in f[f.flag == "silent_failure"].evidence.iloc[0]
+    few = job_rows("m", "b/dead", "l2", nothing[2:10], family="fmn", forwards=300, backwards=300,
+                   samples=np.arange(2, 10))
+    got, _ = found(table(job_rows("m", "adv_lib/fmn", "l2", D[2:10], family="fmn", samples=np.arange(2, 10)), few))
+    assert ("b/dead", "silent_failure") not in got
+
+
 def test_silent_failure_returns_clean_input():
     clean = np.where(D > 0, INF, 0.0)
     got, f = found(table(healthy(), job_rows("m", "b/noop", "l2", clean, family="fmn", forwards=0, backwards=0)))
