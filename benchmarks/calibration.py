@@ -6,7 +6,8 @@ defects of known size, at 16, 64 and 256 images on 1 and 3 models (fidelity/READ
 
 The default (20 repetitions per cell) takes a few minutes; the table in fidelity/README.md used
 ``--reps 100`` for the verdicts and the older flag rules (34 min on the shared 2-core machine) and
-``--reps 200`` for the defect rules (about 4 min of CPU: they are cheap).
+``--reps 200`` for the defect rules (about 4 min of CPU: they are cheap) and ``--reps 100`` for
+the per-job rules, shift_sensitivity and below_expected_strength (470 s).
 
 Per-image distances are synthesised (``fidelity.synthetic``: one difficulty per image shared by
 every model, per-model scale, 10% clean errors), or, with RUN_DIR, resampled from a real run: the

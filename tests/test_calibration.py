@@ -3,7 +3,7 @@ false-positive rate under realistic nulls is at most α plus a Monte-Carlo toler
 on planted defects reaches a floor. Synthetic per-image tables (fidelity.synthetic); the full table
 (100–200 repetitions per cell, 16–256 images) is in fidelity/README.md.
 
-Sized for ``make test`` (about 45 s of CPU in all): 200 repetitions for the cheap trust verdicts,
+Sized for ``make test`` (about 80 s of CPU in all): 200 repetitions for the cheap trust verdicts,
 20 per model count for the flag rules and the audit. With so few repetitions the tolerance is the
 exact binomial one: a rule whose true false-positive rate is α exceeds it in at most 1% of
 seeds, while a rule that fires on a third of sound attacks cannot pass. The power floors sit
