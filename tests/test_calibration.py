@@ -93,7 +93,7 @@ JOB_RULES = {"last_not_best | fixed", "last_not_best | minimal", "last_not_best 
              "nondeterminism | unseeded", "nondeterminism | rare5", "shift_sensitivity | aa",
              "shift_sensitivity | sign", "shift_sensitivity | seeds", "below_expected_strength | seeds",
              "below_expected_strength | weak", "below_expected_strength | starved",
-             "below_expected_strength | far3"}
+             "below_expected_strength | far3", "below_exact | float", "below_exact | under5"}
 
 
 @pytest.mark.parametrize("models", [1, 3])
@@ -107,7 +107,7 @@ def test_job_rules_shift_and_strength_fpr_and_power(models):
                  ("silent_failure", "inert"): 0.9, ("silent_failure", "no gradient"): 0.9,
                  ("budget_overrun", "over5"): 0.15, ("nondeterminism", "unseeded"): 0.9,
                  ("nondeterminism", "rare5"): 0.2, ("below_expected_strength", "starved"): 0.8,
-                 ("below_expected_strength", "far3"): 0.8})
+                 ("below_expected_strength", "far3"): 0.8, ("below_exact", "under5"): 0.2})
 
 
 def test_shift_sensitivity_finds_its_defects_at_64_images():
