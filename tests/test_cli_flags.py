@@ -158,8 +158,12 @@ def test_ctrl_c_during_a_run_exits_130_and_a_rerun_resumes(tmp_path):
     args = [sys.executable, "-m", "attackaudit", "run", "--plugin", PROBE, "--libraries", "probe", "--attacks",
             "probe/gate_a", "--samples", "2", "--quiet", "--out", str(out)]
     env = {**os.environ, "ATTACKAUDIT_PROBE": str(probe)}
+    # a shell without job control starts background commands with SIGINT ignored, and Python keeps
+    # an inherited SIG_IGN (so would a user's `attackaudit run ... &`): give the run the disposition
+    # of a terminal's foreground job, whatever launched the tests
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not list(probe.glob("gate_a.*.running")):
         assert proc.poll() is None and time.monotonic() < deadline, "the job never started"
