@@ -67,10 +67,11 @@ adjustments see more than the attack under test):
 | ``rand40`` | defect | shift_sensitivity: randomised, 30% farther on 40% of the images beside its seed twin |
 | ``float`` | null | below_exact: an attack at the proven minimum up to float noise (±1e-6 relative) on 30% of the images, 0–10% above it elsewhere |
 | ``under5`` | defect | below_exact: its distance under-reported by 30% on 5% of the cases (a distance or tracker bug) |
-| ``seeds`` | null | below_expected_strength: an APGD (published L2 optimality 0.979) as strong as its sibling up to seed noise |
+| ``seeds`` | null | below_expected_strength: an APGD (published L2 optimality 0.979) as strong as another library's APGD up to seed noise |
 | ``weak`` | null | below_expected_strength: an APGD failing the 30% hardest images, 10% farther on the rest |
-| ``starved`` | defect | below_expected_strength: an APGD failing the 84% hardest images (adv_lib fmn L2, ξ 0.12) |
-| ``far3`` | defect | below_expected_strength: an APGD 3× farther on every image |
+| ``family starved`` | null | below_expected_strength: two libraries' APGDs both failing the 84% hardest images beside a sound attack of another family (the run's settings, or a shared flaw: no one implementation is singled out) |
+| ``starved`` | defect | below_expected_strength: an APGD failing the 84% hardest images (adv_lib fmn L2, ξ 0.12) beside a sound APGD of another library |
+| ``far3`` | defect | below_expected_strength: an APGD 3× farther on every image beside a sound one |
 """
 from __future__ import annotations
 
@@ -309,11 +310,16 @@ def _moved(rng: np.random.Generator, d: np.ndarray, share: float, low: float, hi
     return d * np.where(hit, rng.uniform(low, high, d.shape), 1.0)
 
 
-def _below_strength(truth: np.ndarray, attack: np.ndarray, models: list[str]) -> bool:
-    """below_expected_strength on an APGD (published L2 optimality 0.979) beside a sound sibling."""
+def _below_strength(models: list[str], attack: np.ndarray, sibling: np.ndarray, other: np.ndarray | None = None
+                    ) -> bool:
+    """below_expected_strength on an APGD ``x/a`` (published L2 optimality 0.979) beside another
+    library's APGD ``y/apgd`` (``sibling``) and, when given, a strong attack of another family
+    ``z/ddn`` (``other``)."""
     from attackaudit.fidelity.strength import below_expected_strength
     from attackaudit.fidelity._table import without_twins
-    t = table_from_arrays({"x/sound": truth, "x/a": attack}, models, family="apgd")
+    t = table_from_arrays({"x/a": attack, "y/apgd": sibling}, models, family="apgd")
+    if other is not None:
+        t = pd.concat([t, table_from_arrays({"z/ddn": other}, models, family="ddn")], ignore_index=True)
     return any(f["implementation"] == "x/a" for f in below_expected_strength(without_twins(prepare(t))))
 
 
@@ -404,13 +410,15 @@ def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] |
         "shift_sensitivity | rand40": lambda: _shift(seeds[0], _moved(rng, seeds[1], 0.4, 1.3, 1.3), seeds[2], models),
         "below_exact | float": lambda: _below_exact(rng, truth, models, 0.0),
         "below_exact | under5": lambda: _below_exact(rng, truth, models, 0.05),
-        "below_expected_strength | seeds": lambda: _below_strength(seeds[0], seeds[1], models),
-        "below_expected_strength | weak": lambda: _below_strength(sound, attack_distances(
-            rng, truth, fail_rate=0.3, farther=1.1), models),
-        "below_expected_strength | starved": lambda: _below_strength(sound, attack_distances(
-            rng, truth, fail_rate=0.84), models),
-        "below_expected_strength | far3": lambda: _below_strength(sound, attack_distances(rng, truth, farther=3.0),
-                                                                  models),
+        "below_expected_strength | seeds": lambda: _below_strength(models, seeds[0], seeds[1]),
+        "below_expected_strength | weak": lambda: _below_strength(models, attack_distances(
+            rng, truth, fail_rate=0.3, farther=1.1), sound),
+        "below_expected_strength | family starved": lambda: _below_strength(
+            models, attack_distances(rng, truth, fail_rate=0.84), attack_distances(rng, truth, fail_rate=0.84), sound),
+        "below_expected_strength | starved": lambda: _below_strength(models, attack_distances(
+            rng, truth, fail_rate=0.84), sound),
+        "below_expected_strength | far3": lambda: _below_strength(models, attack_distances(rng, truth, farther=3.0),
+                                                                  sound),
     }
     return {k: f() for k, f in checks.items() if only is None or k in only or k.split(" | ")[0] in only}
 

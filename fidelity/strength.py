@@ -2,8 +2,11 @@
 results (``expectations.json``, cited there), and the ``below_expected_strength`` flag.
 
 An implementation of a *strong* family (published optimality ≥ ``strong_threshold``) that falls
-far below both that expectation and the best implementation of its norm on the user's models is
-a defect, not a design choice: it is flagged and never trusted (fidelity/README.md).
+far below that expectation, the best implementation of its norm on the user's models and the
+strongest implementation of its own family in another library here is a defect, not a design choice: it is
+flagged and never trusted (fidelity/README.md). When *every* implementation of the family is that
+far below, no one of them is singled out: the run's settings (steps, budget) or a flaw they share
+are as likely, and ``family_shortfall`` says so for the recommendation's note.
 """
 from __future__ import annotations
 
@@ -45,10 +48,14 @@ def is_strong(family: str, norm: str) -> bool:
 def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
     """Per (norm, implementation, library_version) of ``global_optimality`` rows: ``expected``
     (published, NaN when unknown), ``best_in_norm`` (best global ξ of the norm here, and
-    ``best_in_norm_impl``), and ``below_expected`` (bool)."""
+    ``best_in_norm_impl``), ``sibling_best`` (the best ξ of its family and norm in the other
+    libraries, NaN without one, and ``sibling_best_impl``), ``below_expected`` (bool) and
+    ``family_shortfall`` (bool: a strong family implemented in ≥ 2 libraries here, every one below
+    ``STRENGTH_FRACTION`` of its published optimality and of the norm's best)."""
     g = global_opt.copy()
     if g.empty:
-        return g.assign(expected=[], best_in_norm=[], best_in_norm_impl=[], below_expected=[])
+        return g.assign(expected=[], best_in_norm=[], best_in_norm_impl=[], sibling_best=[], sibling_best_impl=[],
+                        below_expected=[], family_shortfall=[])
     g["expected"] = [expected(f, n) if expected(f, n) is not None else np.nan for f, n in zip(g["family"], g["norm"])]
     opt = g["optimality"].astype(float)
     best = opt.groupby(g["norm"]).transform("max")
@@ -57,9 +64,23 @@ def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
     g["best_in_norm"] = best
     g["best_in_norm_impl"] = g["norm"].map(top)
     strong = np.array([is_strong(f, n) for f, n in zip(g["family"], g["norm"])], dtype=bool)
+    sib, sib_impl = [], []
+    # another library's implementation: a variant of the same library may share the flaw
+    library = g["implementation"].astype(str).str.split("/").str[0]
+    for r, lib in zip(g.itertuples(index=False), library):
+        others = g[(g["family"] == r.family) & (g["norm"] == r.norm) & (library != lib)]
+        o = others["optimality"].astype(float)
+        have = o.notna().any()
+        sib.append(float(o.max()) if have else np.nan)
+        sib_impl.append(str(others.loc[o.idxmax(), "implementation"]) if have else "")
+    g["sibling_best"], g["sibling_best_impl"] = sib, sib_impl
+    far = strong & (opt < STRENGTH_FRACTION * g["expected"]) & (opt < STRENGTH_FRACTION * best)
+    # a sole implementation cannot be told from its settings; among siblings only the outlier is flagged
     # NaN ξ (degenerate: nothing to measure) says nothing, so it never flags
-    g["below_expected"] = (strong & (opt < STRENGTH_FRACTION * g["expected"])
-                           & (opt < STRENGTH_FRACTION * best)).fillna(False).astype(bool)
+    alone = g["sibling_best"].isna()
+    g["below_expected"] = (far & (alone | (opt < STRENGTH_FRACTION * g["sibling_best"]))).fillna(False).astype(bool)
+    far_all = far.fillna(False).astype(bool).groupby([g["family"], g["norm"]]).transform("all")
+    g["family_shortfall"] = (far_all & ~alone).astype(bool)
     return g
 
 
@@ -77,10 +98,14 @@ def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | 
         zero = ("" if r.optimality > 0 else
                 " (it broke no image)" if broke == 0 else
                 f" (it broke {broke} (model, image) cases, every one beyond ε₀, where ξ gives no credit)")
+        sibling = (f", and of the strongest {r.family} of another library here ({r.sibling_best_impl}, "
+                   f"ξ {r.sibling_best:.3f})" if np.isfinite(r.sibling_best) else
+                   f"; no other library's {r.family} under {r.norm} here, so the run's settings (steps, budget) "
+                   "cannot be ruled out")
         out.append({"model": "*", "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": "below_expected_strength", "evidence": (
                         f"global ξ {r.optimality:.3f}{zero} over {r.n_models} models, below half of both the optimality "
                         f"AttackBench publishes for {r.family} under {r.norm} ({r.expected:.3f}) and the best "
-                        f"attack of {r.norm} here ({r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}): a strong family "
-                        f"implemented far from its strength")})
+                        f"attack of {r.norm} here ({r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}){sibling}: a strong "
+                        f"family implemented far from its strength")})
     return out

@@ -93,6 +93,7 @@ JOB_RULES = {"last_not_best | fixed", "last_not_best | minimal", "last_not_best 
              "nondeterminism | unseeded", "nondeterminism | rare5", "shift_sensitivity | aa",
              "shift_sensitivity | sign", "shift_sensitivity | seeds", "below_expected_strength | seeds",
              "below_expected_strength | weak", "below_expected_strength | starved",
+             "below_expected_strength | family starved",
              "below_expected_strength | far3", "below_exact | float", "below_exact | under5"}
 
 

@@ -340,3 +340,34 @@ def test_a_seed_twin_is_never_flagged_itself():
     assert by_flag.loc["last_not_best", "model"] == "m"
     assert by_flag.loc["last_not_best", "evidence"].startswith("on its seed twin m~seed")
     assert len(out) == 2
+
+
+def _strength(impls: dict[str, tuple[str, float]]):
+    """A table of l2 jobs on two models: ``{implementation: (family, scale of D)}``."""
+    return table(*[healthy(model=m, impl=impl, family=fam, scale=scale)
+                   for impl, (fam, scale) in impls.items() for m in ("m", "m2")])
+
+
+def test_below_expected_strength_singles_out_only_the_outlier_of_its_family():
+    """A strong family (FMN, published L2 optimality 0.976) 3× farther than its own family in
+    another library is flagged; the same shortfall in every library is the settings' or a shared
+    flaw's, flagged on none and said in the recommendation; a sole implementation, or variants of
+    one library, cannot be told from the settings and are flagged with that caveat."""
+    from attackaudit.fidelity import recommend
+    got, f = found(_strength({"adv_lib/fmn": ("fmn", 1.0), "foolbox/FMN": ("fmn", 3.0)}))
+    assert ("foolbox/FMN", "below_expected_strength") in got and ("adv_lib/fmn", "below_expected_strength") not in got
+    assert "strongest fmn of another library here (adv_lib/fmn, ξ 1.000)" in \
+        f[f.flag == "below_expected_strength"].evidence.iloc[0]
+
+    both = _strength({"adv_lib/fmn": ("fmn", 3.0), "foolbox/FMN": ("fmn", 3.0), "adv_lib/ddn": ("ddn", 1.0)})
+    got, f = found(both)
+    assert not {i for i, flag in got if flag == "below_expected_strength"}, f.to_string()
+    rec = recommend(both, f).set_index(["family", "norm"]).loc[("fmn", "l2")]
+    assert "every implementation of fmn under l2 here" in rec.summary and "use adv_lib/ddn" in rec.note
+
+    for impls in ({"foolbox/FMN": ("fmn", 3.0), "adv_lib/ddn": ("ddn", 1.0)},
+                  {"foolbox/FMN:a": ("fmn", 3.0), "foolbox/FMN:b": ("fmn", 3.0), "adv_lib/ddn": ("ddn", 1.0)}):
+        got, f = found(_strength(impls))
+        flagged_impls = {i for i, flag in got if flag == "below_expected_strength"}
+        assert flagged_impls == {i for i in impls if i.startswith("foolbox")}, f.to_string()
+        assert "no other library's fmn under l2 here" in f[f.flag == "below_expected_strength"].evidence.iloc[0]
