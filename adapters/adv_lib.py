@@ -83,7 +83,10 @@ def specs() -> list[AttackSpec]:
               num_targets=3)
     for norm in ("l2", "linf"):
         minimal("df", A.df, "deepfool", norm, "steps", targeted_support=False, norm=P[norm], steps=50)
-        minimal("tr", A.tr, "tr", norm, "iter", targeted_support=False, p=P[norm], iter=50)
+        # the adaptive trust region of Yao et al.: adv-lib's default (adaptive=False) caps every step
+        # at eps=0.001, at most 0.05 in 50 steps, scaled for large images; on the digits zoo (median
+        # minimal L2 0.48) it broke none of 16 images, adaptive all 16 at DeepFool's distances
+        minimal("tr", A.tr, "tr", norm, "iter", targeted_support=False, p=P[norm], iter=50, adaptive=True)
     minimal("carlini_wagner_l2", A.carlini_wagner_l2, "cw", "l2", "max_iterations",
             binary_search_steps=9, max_iterations=100)
     minimal("carlini_wagner_linf", A.carlini_wagner_linf, "cw", "linf", "max_iterations",

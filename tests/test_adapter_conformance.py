@@ -304,3 +304,19 @@ def test_full_steps_fit_the_budget(key, model):
     tracker, returned, error = attack_with_tracker(SPECS[key], model, sub.inputs, sub.labels, budget=BUDGET)
     _check_output(returned, error, sub.inputs)
     assert int(tracker.refused.sum()) == 0
+
+
+@pytest.mark.parametrize("norm", ["l2", "linf"])
+def test_adv_lib_trust_region_reaches_the_digits_boundary(norm, model, data):
+    """adv-lib's TR at its catalogue settings (50 iterations, the adaptive trust region) breaks the
+    digits; its default fixed region (0.001 per step) broke none of them, which the demo reported as a
+    silent failure of adv-lib when it was this adapter's choice."""
+    x, y = data
+    spec = SPECS[f"adv_lib/tr/{norm}"]
+    assert spec.params["adaptive"] is True
+    tracker, returned, error = attack_with_tracker(spec, model, x, y, budget=BUDGET)
+    assert error == ""
+    assert torch.isfinite(tracker.best_distance).float().mean() >= 0.8
+    fixed = spec.with_params(adaptive=False)
+    tracker, _, error = attack_with_tracker(fixed, model, x, y, budget=BUDGET)
+    assert error == "" and torch.isfinite(tracker.best_distance).float().mean() < 0.5
