@@ -17,7 +17,6 @@ flag, evidence}``.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -52,6 +51,11 @@ def _has(t: pd.DataFrame, *columns: str) -> bool:
     return all(c in t.columns for c in columns) and bool(t[list(columns)].notna().any().all())
 
 
+def _enough(k: int, n: int, minimum: int, share: float) -> bool:
+    """A rule's evidence gate: ``k`` cases of ``n`` are at least ``minimum`` and at least ``share`` of ``n``."""
+    return k >= minimum and k >= share * n
+
+
 def out_of_ball(t: pd.DataFrame) -> list[dict]:
     """Per job of a fixed-ε attack: rows returned outside the ε-ball it was called with on at least
     ``OUT_OF_BALL_MIN_ROWS`` rows and ``OUT_OF_BALL_MIN_SHARE`` of its rows (image × call)."""
@@ -61,7 +65,7 @@ def out_of_ball(t: pd.DataFrame) -> list[dict]:
     out = []
     for key, g in fixed.groupby(JOB_KEY, sort=True):
         calls, bad = int(g["ball_calls"].sum()), int(g["ball_out"].fillna(0).sum())
-        if bad < max(OUT_OF_BALL_MIN_ROWS, math.ceil(OUT_OF_BALL_MIN_SHARE * calls)):
+        if not _enough(bad, calls, OUT_OF_BALL_MIN_ROWS, OUT_OF_BALL_MIN_SHARE):
             continue
         worst = g.loc[g["ball_worst_ratio"].astype(float).idxmax()]
         ratio, eps = float(worst["ball_worst_ratio"]), float(worst["ball_worst_eps"])
@@ -91,7 +95,7 @@ def eps_unused(t: pd.DataFrame) -> list[dict]:
                   & ~g["returned_adversarial"].astype(bool))
         unused = failed & (ratio < EPS_UNUSED_RATIO)
         k, m = int(unused.sum()), int(failed.sum())
-        if k < EPS_UNUSED_MIN_IMAGES or k < EPS_UNUSED_MIN_FRACTION * m:
+        if not _enough(k, m, EPS_UNUSED_MIN_IMAGES, EPS_UNUSED_MIN_FRACTION):
             continue
         u = g[unused]
         reached = (u["eps_fail_max"] * u["eps_fail_ratio"]).astype(float)
@@ -133,7 +137,7 @@ def targets_ignored(t: pd.DataFrame) -> list[dict]:
     out = []
     for key, g in judged.groupby(JOB_KEY, sort=True):
         bad = g[g["third"]]
-        if len(bad) < max(TARGET_MIN_IMAGES, math.ceil(TARGET_MIN_FRACTION * len(g))):
+        if not _enough(len(bad), len(g), TARGET_MIN_IMAGES, TARGET_MIN_FRACTION):
             continue
         examples = "; ".join(f"image {sample_list([r.sample])}: class {r.cls}, target {int(r.target)}"
                              for r in bad.head(3).itertuples(index=False))
