@@ -142,12 +142,20 @@ def _audit(before: np.ndarray, after: np.ndarray, sibling: np.ndarray, models: l
     return str(d.set_index("implementation").loc["x/a", "verdict"])
 
 
-def _perm(base: np.ndarray, twin: np.ndarray, seed: np.ndarray | None, models: list[str]) -> bool:
-    dists = {"x/a": np.vstack([base, twin] + ([seed] if seed is not None else []))}
-    names = models + [f"{m}~perm" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
-    t = table_from_arrays(dists, names)
-    j = judge_twins(t)
-    return bool(j["flagged"].any())
+def _twin_table(kind: str, base: np.ndarray, twin: np.ndarray, seed: np.ndarray | None,
+                models: list[str]) -> pd.DataFrame:
+    """One attack ``x/a`` on ``models`` (``base``), on their ``~kind`` twins (``twin``) and, when
+    ``seed`` is given, on their seed twins; each array (M, n)."""
+    arrays = [base, twin] + ([seed] if seed is not None else [])
+    names = models + [f"{m}~{kind}" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
+    return table_from_arrays({"x/a": np.vstack(arrays)}, names)
+
+
+def _twin_flagged(kind: str, base: np.ndarray, twin: np.ndarray, seed: np.ndarray | None,
+                  models: list[str]) -> bool:
+    """The twin check of ``kind`` (perm: label_bug, shift: shift_sensitivity) fires on ``twin``,
+    judged against ``seed``'s twin when given, else against the kind's null rate."""
+    return bool(judge_twins(_twin_table(kind, base, twin, seed, models), (kind,))["flagged"].any())
 
 
 def _class_bug(truth: np.ndarray, attack: np.ndarray, labels: np.ndarray, models: list[str]) -> bool:
@@ -194,9 +202,7 @@ def _eps_unused(rng: np.random.Generator, truth: np.ndarray, models: list[str], 
 
 def _batch(base: np.ndarray, split: np.ndarray, seed: np.ndarray | None, models: list[str]) -> bool:
     """batch_dependence fires on the split twin of ``base`` (judged against ``seed``'s twin when given)."""
-    dists = {"x/a": np.vstack([base, split] + ([seed] if seed is not None else []))}
-    names = models + [f"{m}~split" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
-    return bool(batch_dependence(prepare(table_from_arrays(dists, names))))
+    return bool(batch_dependence(prepare(_twin_table("split", base, split, seed, models))))
 
 
 def _targets(rng: np.random.Generator, truth: np.ndarray, models: list[str], ignores: bool) -> bool:
@@ -287,14 +293,6 @@ def _nondeterministic(first: np.ndarray, second: np.ndarray, models: list[str]) 
                                 table_from_arrays({"x/a": second}, models)))
 
 
-def _shift(base: np.ndarray, twin: np.ndarray, seed: np.ndarray | None, models: list[str]) -> bool:
-    """shift_sensitivity on the shift twin of ``base`` (judged against ``seed``'s twin when given)."""
-    dists = {"x/a": np.vstack([base, twin] + ([seed] if seed is not None else []))}
-    names = models + [f"{m}~shift" for m in models] + ([f"{m}~seed" for m in models] if seed is not None else [])
-    j = judge_twins(table_from_arrays(dists, names), ("shift",))
-    return bool(j["flagged"].any())
-
-
 def _float_shift(rng: np.random.Generator, d: np.ndarray, path_rate: float = 0.02) -> np.ndarray:
     """A deterministic attack on the shift twin: float32 log-softmax rounding (≤ 2.7% relative, as
     measured) and, on ``path_rate`` of the images, another bisection path ±5–15%."""
@@ -363,9 +361,9 @@ def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] |
         "audit regressed/improved | seeds": lambda: _audit(seeds[0], seeds[1], sound, models) in ("regressed",
                                                                                                  "improved"),
         "audit regressed | far20": lambda: _audit(seeds[0], far, sound, models) == "regressed",
-        "label_bug (perm twin) | aa": lambda: _perm(sound, sound.copy(), None, models),
-        "label_bug (perm twin) | seeds": lambda: _perm(seeds[0], seeds[1], seeds[2], models),
-        "label_bug (perm twin) | perm40": lambda: _perm(seeds[0], moved, seeds[1], models),
+        "label_bug (perm twin) | aa": lambda: _twin_flagged("perm", sound, sound.copy(), None, models),
+        "label_bug (perm twin) | seeds": lambda: _twin_flagged("perm", seeds[0], seeds[1], seeds[2], models),
+        "label_bug (perm twin) | perm40": lambda: _twin_flagged("perm", seeds[0], moved, seeds[1], models),
         "label_bug (class) | weak": lambda: _class_bug(sound, weak, labels, models),
         "label_bug (class) | class": lambda: _class_bug(sound, dead, labels, models),
         "out_of_ball | inside": lambda: _out_of_ball(rng, sound, models, 0.0),
@@ -401,13 +399,15 @@ def one_rep(rng: np.random.Generator, n: int, m: int, truth_of, only: set[str] |
         "nondeterminism | rare5": lambda: _nondeterministic(sound, np.where(rng.random(sound.shape) < 0.05,
                                                                              sound * rng.uniform(1.01, 1.1, sound.shape),
                                                                              sound), models),
-        "shift_sensitivity | aa": lambda: _shift(sound, _float_shift(rng, sound), None, models),
-        "shift_sensitivity | sign": lambda: _shift(sound, np.where(rng.random(sound.shape) < 0.11,
+        "shift_sensitivity | aa": lambda: _twin_flagged("shift", sound, _float_shift(rng, sound), None, models),
+        "shift_sensitivity | sign": lambda: _twin_flagged("shift", sound, np.where(rng.random(sound.shape) < 0.11,
                                                                    sound * rng.uniform(1.1, 1.45, sound.shape),
                                                                    sound), None, models),
-        "shift_sensitivity | seeds": lambda: _shift(seeds[0], seeds[1], seeds[2], models),
-        "shift_sensitivity | shift35": lambda: _shift(sound, _moved(rng, sound, 0.35, 1.3, 1.3), None, models),
-        "shift_sensitivity | rand40": lambda: _shift(seeds[0], _moved(rng, seeds[1], 0.4, 1.3, 1.3), seeds[2], models),
+        "shift_sensitivity | seeds": lambda: _twin_flagged("shift", seeds[0], seeds[1], seeds[2], models),
+        "shift_sensitivity | shift35": lambda: _twin_flagged("shift", sound, _moved(rng, sound, 0.35, 1.3, 1.3),
+                                                             None, models),
+        "shift_sensitivity | rand40": lambda: _twin_flagged("shift", seeds[0], _moved(rng, seeds[1], 0.4, 1.3, 1.3),
+                                                            seeds[2], models),
         "below_exact | float": lambda: _below_exact(rng, truth, models, 0.0),
         "below_exact | under5": lambda: _below_exact(rng, truth, models, 0.05),
         "below_expected_strength | seeds": lambda: _below_strength(models, seeds[0], seeds[1]),
