@@ -164,7 +164,7 @@ def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
                                    f"implementations broke was broken; {rates}")]
     targets, broken, n_models = anywhere[(g["implementation"].iat[0], g["library_version"].iat[0], g["norm"].iat[0])]
     p = (1 - SILENT_FAILURE_FLOOR) ** len(targets)
-    if m and success == 0 and not broken and p <= ALPHA:
+    if m and not broken and p <= ALPHA:  # ``broken`` holds this job's successes too
         where = f" on any of its {n_models} models (and their twins)" if n_models > 1 else ""
         return [("silent_failure", f"broke none of the {len(targets)} images other implementations broke{where} "
                                    f"({forwards.mean():.0f} forwards, {backwards.mean():.0f} backwards per sample "
