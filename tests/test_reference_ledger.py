@@ -12,6 +12,7 @@ than the tracker's 128-query window. ``ATTACKAUDIT_HYPOTHESIS=ci`` runs more exa
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -30,6 +31,14 @@ NORMS = ("l0", "l1", "l2", "linf")
 #: still tell two known points apart (at 1e3 the tracker's float32 distances to every point tie)
 FAR_VALUES = (-3.0, 4.0, 25.0)
 
+#: how far a "toward" query moves each row from its sample to another. A row sits at a position p
+#: on the segment between two samples (p = s, or 1 − s when the other sample moves back towards it);
+#: no position of these sizes is twice another, and none is ½, so no row is exactly as far from an
+#: earlier "toward" row as from a sample. At such a tie (0.6 then 0.3; 0.9 then 0.55 met halfway)
+#: the float32 rounding of the tracker's distances and of the ledger's decides the owner, which the
+#: ledger does not model (reference_ledger.py: streams keep distances to different points apart);
+#: hypothesis found it. Chains of three such queries on every norm then agree exactly.
+TOWARD_SIZES = (0.3, 0.62, 0.9, 0.7, 0.97)
 #: one operation of a stream: (kind, a seed or sample, a size)
 OPS = st.one_of(
     st.tuples(st.just("walk"), st.integers(0, 2**16), st.sampled_from([0.02, 0.1, 0.4])),
@@ -45,9 +54,9 @@ OPS = st.one_of(
     st.tuples(st.just("far"), st.integers(0, 2**16), st.sampled_from(FAR_VALUES)),
     st.tuples(st.just("far_row"), st.integers(0, 2**16), st.sampled_from(FAR_VALUES)),
     st.tuples(st.just("edge"), st.integers(0, 2**16), st.sampled_from([0.5, 2.0])),
-    st.tuples(st.just("toward"), st.integers(0, 2**16), st.sampled_from([0.3, 0.6, 0.9])),
+    st.tuples(st.just("toward"), st.integers(0, 2**16), st.sampled_from(TOWARD_SIZES[:3])),
     # twice as often as the rest: most adversarial rows, hence most kept bests, come from here
-    st.tuples(st.just("toward"), st.integers(0, 2**16), st.sampled_from([0.7, 0.95])),
+    st.tuples(st.just("toward"), st.integers(0, 2**16), st.sampled_from(TOWARD_SIZES[3:])),
     st.tuples(st.just("larger"), st.integers(0, 2**16), st.sampled_from([1, 3])),
     st.tuples(st.just("empty"), st.just(0), st.just(0.0)),
     st.tuples(st.just("backward"), st.integers(0, 2**16), st.sampled_from([0.05, 0.3])),
@@ -362,6 +371,18 @@ def test_an_empty_batch_costs_nothing(cnn, subset8):
         t(x[:0])
     assert out.shape == (0, 10)
     assert t.forwards.tolist() == [1] * 8 and t.refused.sum() == 0
+
+
+def _tie_free(sizes) -> bool:
+    positions = set(sizes) | {1 - v for v in sizes}
+    return not any(math.isclose(p, 0.5) or any(math.isclose(p, 2 * q) for q in positions) for p in positions)
+
+
+def test_toward_sizes_never_tie():
+    """The stream's "toward" sizes keep rows of such queries in general position (TOWARD_SIZES)."""
+    assert _tie_free(TOWARD_SIZES)
+    # the check can fail: the sizes the stream used before tie (0.6 then 0.3), and so does 0.55 beside 0.9
+    assert not _tie_free((0.3, 0.6, 0.9, 0.7, 0.95)) and not _tie_free((0.55, 0.9))
 
 
 class TiedLogits(torch.nn.Module):
