@@ -23,9 +23,12 @@ SIDE_COLUMNS = ["family", "norm", "implementation", "library", "library_version"
                 "median_distance", "forwards", "backwards", "refused", "wall_s"]
 #: ``n_samples`` is the number of images compared (an image on several models is one)
 PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_a", "implementation_b",
-                "library_version_b", "optimality_a", "optimality_b", "n_samples", "wins_a", "wins_b", "ties",
-                "estimate", "effect_size", "p_value", "p_different", "p_equivalent", "median_difference",
-                "p_adjusted", "p_equivalent_adjusted", "answer", "better", "images_to_decide"]
+                "library_version_b", "optimality_a", "optimality_b", "n_samples", "fail_a", "fail_b",
+                "broke_only_a", "broke_only_b", "n_both", "n_neither", "p_mcnemar", "wins_a", "wins_b", "ties",
+                "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
+                "p_failure_different", "p_distance_different", "p_different", "p_equivalent", "direction", "mixed",
+                "median_difference", "p_adjusted", "p_equivalent_adjusted", "answer", "better",
+                "images_to_decide"]
 
 
 def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: float | None) -> dict:
@@ -34,7 +37,7 @@ def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: f
         x = blocks.image_values(i, j, model=models[0])
     else:
         x = blocks.image_values(i, j)
-    res = compare(x[np.isfinite(x)])
+    res = compare(x)
     xi = [[optimality(blocks.dist[m, k], blocks.d_star[m], eps_max) for m in models] for k in (i, j)]
     a, b = blocks.dist[models][:, i], blocks.dist[models][:, j]
     both = np.isfinite(a) & np.isfinite(b) & (blocks.d_star[models] > 0)
@@ -49,8 +52,8 @@ def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: p
     ``long_distances``, when already computed). ``p_adjusted`` (difference) and
     ``p_equivalent_adjusted`` are Holm's over the pairs of one family, norm and model (or pooled
     row); ``answer`` follows from them (``equivalence.answer``); ``better`` is the closer
-    implementation when the answer is "different" (the sign of ``estimate``, the one direction
-    rule); ``images_to_decide`` when inconclusive."""
+    implementation when the answer is "different" (``compare``'s ``direction``: the endpoint with the
+    smaller difference p; none for a ``mixed`` pair); ``images_to_decide`` when inconclusive."""
     long = long_distances(t) if long is None else long
     if long.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -76,10 +79,11 @@ def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: p
     out["p_equivalent_adjusted"] = group["p_equivalent"].transform(
         lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
     out["answer"] = [answer(d, e, alpha) for d, e in zip(out["p_adjusted"], out["p_equivalent_adjusted"])]
-    out["better"] = np.where(out["answer"] == "different",
-                             np.where(out["estimate"] < 0, out["implementation_a"], out["implementation_b"]), "")
+    # a mixed pair (one breaks more, the other is closer where both broke) has no better member
+    out["better"] = np.where((out["answer"] == "different") & ~out["mixed"].astype(bool),
+                             np.where(out["direction"] < 0, out["implementation_a"], out["implementation_b"]), "")
     sizes = group["p_different"].transform("size").to_numpy()
-    out["images_to_decide"] = [images_to_decide(x[np.isfinite(x)], alpha / k) if a == "inconclusive" else np.nan
+    out["images_to_decide"] = [images_to_decide(x, alpha / k) if a == "inconclusive" else np.nan
                                for x, a, k in zip(out["_x"], out["answer"], sizes)]
     return out[PAIR_COLUMNS]
 

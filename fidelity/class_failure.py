@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from ._table import IMPL_KEY, is_twin
-from .equivalence import benjamini_hochberg
 from .stats import ALPHA, holm
 
 #: a class is tested with at least this many images that other implementations broke
@@ -71,8 +70,8 @@ def _judge_one(rows: pd.DataFrame, g: pd.DataFrame) -> dict | None:
 
 
 def judge(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (norm, implementation): the class judged, its p and BH q over the report, whether it is
-    a finding. ``rows``: prepared rows with ``d_star`` and ``live``."""
+    """Per (norm, implementation): the class judged, its p (Holm over its classes; ``q`` repeats it:
+    the implementation is its own family), whether it is a finding. ``rows``: prepared rows with ``d_star`` and ``live``."""
     cols = ["norm", *IMPL_KEY, "class", "p", "q", "flagged", "all_failed", "evidence"]
     if "label" not in rows.columns:
         return pd.DataFrame(columns=cols)
@@ -89,14 +88,16 @@ def judge(rows: pd.DataFrame) -> pd.DataFrame:
     if not out:
         return pd.DataFrame(columns=cols)
     df = pd.DataFrame(out)
-    df["q"] = benjamini_hochberg(df["p"].to_numpy())
+    # one test per implementation (the min over its classes, Holm-adjusted): its own family, so q = p;
+    # never adjusted over the other implementations of the report
+    df["q"] = df["p"].astype(float)
     stopped_early = (df["budget"] <= 0) | (df["queries"] < LABEL_BUG_BUDGET_FRACTION * df["budget"])
     df["flagged"] = (df["q"] < ALPHA) & stopped_early
     df["evidence"] = [
         f"class-conditional failure: broke none of the {r.size} images of class {r['class']} that other implementations "
         f"broke (over {r.n_models} models; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
         f"of the other classes; the chance that a correct attack whose failures follow difficulty fails them all: "
-        f"p = {r.p:.2g} (Holm over {r.n_classes} classes), BH q = {r.q:.2g} over the report"
+        f"p = {r.p:.2g} (Holm over {r.n_classes} classes)"
         for _, r in df.iterrows()]
     return df[cols]
 

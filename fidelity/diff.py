@@ -11,8 +11,9 @@ only, so that it never depends on its siblings or on how many the audit holds:
   every shared model, and the same ``OWN_RESULT_COLUMNS`` and twin rows that its own-result flags
   read) are ``unchanged``, whatever happened around them;
 - **performance**: per image (its rows on every shared model one block, ``equivalence``), the log
-  ratio of the new to the old best distance, on the images that ran (status ``ok``) in both runs;
-  "different" beyond the margin δ, Holm-adjusted over the implementations whose rows changed,
+  two endpoints of ``equivalence.compare`` (failure rate, and the log ratio new/old on the images
+  both runs broke), on the images that ran (status ``ok``) in both runs; "different" beyond either
+  margin, adjusted only over the implementation's own tests (its models with ``by_model``),
   counts ``PERFORMANCE_WEIGHT`` (``LARGE_WEIGHT`` when ξ on those images, measured against the
   implementation's own two runs, moved by ``LARGE_DELTA``), + when better, − when worse;
 - **flags** of the implementation's own results that disappeared (+) and appeared (−), each worth
@@ -34,7 +35,9 @@ import pandas as pd
 
 from attackaudit.results.schema import DEFECT_COLUMNS
 from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
-from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, per_image
+from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, pair_values
+from .evidence_text import shown_text
+from .sample_size import decision_text
 from .flags import flags as compute_flags
 from .optimality import optimality
 from .stats import ALPHA, holm
@@ -70,14 +73,15 @@ def _severity_text() -> str:
                      for w in tiers)
 
 
-VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (per-image log ratio new/old on the images that "
-                f"ran in both, different beyond ±{np.expm1(DELTA):.0%}, Holm over the implementations whose rows "
-                f"changed; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when ξ moved by ≥ {LARGE_DELTA}) + severity "
+VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (failure rate and per-image log ratio new/old "
+                f"on the images that ran in both, different beyond ±5 points or ±{np.expm1(DELTA):.0%}, adjusted over "
+                f"the implementation's own tests only; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when ξ moved by ≥ {LARGE_DELTA}) + severity "
                 f"of own-result flags gone − severity of own-result flags new ({_severity_text()}); mixed if both "
                 "sides weigh ≥ 2 or cancel, improved if > 0, regressed if < 0, inconclusive if the rows changed and "
                 "nothing was shown, unchanged otherwise")
 DIFF_COLUMNS = ["implementation", "library", "family", "norm", "model", "version_a", "version_b",
-                "optimality_a", "optimality_b", "delta_optimality", "asr_a", "asr_b", "n_models", "n_samples",
+                "optimality_a", "optimality_b", "delta_optimality", "asr_a", "asr_b", "failure_a", "failure_b",
+                "n_models", "n_samples",
                 "n_better", "n_worse", "ties", "statistic", "p_value", "effect_size", "flags_a", "flags_b",
                 "p_adjusted", "answer", "estimate", "images_to_decide", "identical", "flags_appeared",
                 "flags_disappeared", "score", "verdict", "reason"]
@@ -124,9 +128,16 @@ def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame) -> dict:
     same = (log_ratios(b, a) == 0) & (j["status_a"].to_numpy() == j["status_b"].to_numpy())
     identical = bool(len(j)) and bool(same.all()) and len(j) == len(part_a) == len(part_b)
     ran = (j["status_a"] == "ok").to_numpy() & (j["status_b"] == "ok").to_numpy()
-    r = j[ran].assign(r=log_ratios(b[ran], a[ran]))
-    x = per_image(r.pivot_table(index="model", columns="sample", values="r", aggfunc="first").to_numpy()) \
-        if len(r) else np.zeros(0)
+    r = j[ran]
+    if len(r):
+        grid = {c: r.pivot_table(index="model", columns="sample", values=c, aggfunc="first")
+                for c in ("best_distance_a", "best_distance_b")}
+        old, new = (grid[c].to_numpy(float) for c in ("best_distance_a", "best_distance_b"))
+        # an image at 0 in both runs (misclassified clean) needed no attack
+        live = ~np.isnan(old) & ~np.isnan(new) & ~((old == 0) & (new == 0))
+        x = pair_values(new, old, live)
+    else:
+        x = np.zeros((3, 0))
     xi_a, xi_b = [], []
     for _, g in r.groupby("model"):
         da, db = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
@@ -169,35 +180,38 @@ def _same_results(rows_a: pd.DataFrame, rows_b: pd.DataFrame, models: list[str])
 
 
 def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appeared: set[str], gone: set[str],
-          n_ran: int, n_rows: int, need: float, delta: float = DELTA) -> tuple[str, str, int]:
+          n_ran: int, n_rows: int, decision: str, delta: float = DELTA) -> tuple[str, str, int]:
     """(verdict, reason, score) of one implementation whose rows changed: ``VERDICT_RULE``.
-    ``res``: ``equivalence.compare`` of the per-image log ratios new/old (``wins_a``: images
-    better in the new run); ``word``: its answer at the audit's adjusted level."""
-    better, worse = res["wins_a"], res["wins_b"]
+    ``res``: ``equivalence.compare`` of the per-image values new against old (``a`` is the new
+    run); ``word``: its answer at the level adjusted over the implementation's own tests;
+    ``decision``: what would decide an inconclusive change."""
+    # an image only the new run broke is better, one only the old run broke worse
+    better, worse = res["wins_a"] + res["broke_only_a"], res["wins_b"] + res["broke_only_b"]
     d_xi = own_xi[1] - own_xi[0] if np.isfinite(own_xi[0]) and np.isfinite(own_xi[1]) else 0.0
-    perf = 0
-    if word == "different":
-        perf = (LARGE_WEIGHT if abs(d_xi) >= LARGE_DELTA else PERFORMANCE_WEIGHT) * (1 if res["estimate"] < 0 else -1)
+    weight = LARGE_WEIGHT if abs(d_xi) >= LARGE_DELTA else PERFORMANCE_WEIGHT
+    up = down = 0
+    if word == "different" and res["mixed"]:      # breaks more images but farther, or the reverse
+        up = down = PERFORMANCE_WEIGHT
+    elif word == "different":
+        up, down = (weight, 0) if res["direction"] < 0 else (0, weight)
     weighed = VERDICT_FLAGS - RELATIVE_FLAGS
     new, fixed = sorted(appeared & weighed), sorted(gone & weighed)
-    plus = max(perf, 0) + sum(SEVERITY[f] for f in fixed)
-    minus = max(-perf, 0) + sum(SEVERITY[f] for f in new)
+    plus = up + sum(SEVERITY[f] for f in fixed)
+    minus = down + sum(SEVERITY[f] for f in new)
     score = plus - minus
     where = "" if n_ran == n_rows else f" on the {n_ran} of {n_rows} (model, image) rows that ran in both"
     parts = [f"{f} gone" for f in fixed]
-    p_text = f"p = {p_adj:.2g}" if p_adj >= 1e-4 else "p < 1e-4"
-    perf_text = {"different": f"different beyond ±{np.expm1(delta):.0%}",
-                 "equivalent": f"equivalent within ±{np.expm1(delta):.0%}",
-                 "inconclusive": "inconclusive" + (f": rerun with --samples {int(need)}" if np.isfinite(need) else "")}
+    shown = shown_text(res, word, p_adj, delta, a="new", b="old")
     parts.append(f"ξ {_num(own_xi[0])} → {_num(own_xi[1])}{where}, {better} better / {worse} worse images "
-                 f"({perf_text[word]}, {p_text})")
+                 f"({shown}{': ' + decision if word == 'inconclusive' and decision else ''})")
     reason = ", ".join(parts) + (f"; new: {', '.join(new)}" if new else "")
+    changed = better + worse
     if plus >= PERFORMANCE_WEIGHT and minus >= PERFORMANCE_WEIGHT or (score == 0 and plus):
         verdict = "mixed"
     elif score:
         verdict = "improved" if score > 0 else "regressed"
     else:
-        verdict = "inconclusive" if word == "inconclusive" and better + worse else "unchanged"
+        verdict = "inconclusive" if word == "inconclusive" and changed else "unchanged"
     return verdict, f"{verdict}: {reason}" if verdict == "mixed" else reason, score
 
 
@@ -215,14 +229,17 @@ def _unsupported(table: pd.DataFrame) -> set[tuple[str, str]]:
 def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, min_delta: float | None = None,
          by_model: bool = False, eps_max: Mapping[str, float] | None = None,
          ref_eps: Mapping[str, float] | None = None, flags_a: pd.DataFrame | None = None,
-         flags_b: pd.DataFrame | None = None) -> pd.DataFrame:
+         flags_b: pd.DataFrame | None = None, dataset_images: int | None = None,
+         style: str = "cli") -> pd.DataFrame:
     """Per (norm, implementation) — and per model when ``by_model`` (``model`` is "*" otherwise):
     ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after. ξ and ASR are against the
     joint envelope (NaN on the side that did not run a ``new``/``removed`` implementation); the
-    test fields (``n_samples``: images, ``n_better``: images where b found a smaller perturbation,
+    test fields (``n_samples``: images, ``failure_a``/``failure_b``: failure rates before/after,
+    ``n_better``: images both broke where b found a smaller perturbation,
     ``effect_size`` in favour of b, ``estimate``: the per-image log ratio new/old, ``answer``,
     ``images_to_decide``) come from the implementation's own rows on the images that ran in both.
-    ``p_adjusted`` is Holm's over the implementations whose rows changed. Flags are ``flags`` of
+    ``p_adjusted`` is Holm's over the implementation's own tests only (its models with
+    ``by_model``), so that its verdict never depends on how many others the audit holds. Flags are ``flags`` of
     each table unless given. ``min_delta``: the materiality margin δ of a performance change, as a
     relative per-image difference (None: ``equivalence.DELTA``, 5%); an implementation's change is
     *different* only beyond it and *equivalent* only inside it.
@@ -258,7 +275,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
         every = (norm, impl, "*") if by_model else fkey  # a finding about all models counts on each
         fa = fsets["a"].get(fkey, set()) | fsets["a"].get(every, set())
         fb = fsets["b"].get(fkey, set()) | fsets["b"].get(every, set())
-        own = {"identical": False, "x": np.zeros(0), "n_ran": 0, "n_rows": 0, "own_xi": (np.nan, np.nan)}
+        own = {"identical": False, "x": np.zeros((3, 0)), "n_ran": 0, "n_rows": 0, "own_xi": (np.nan, np.nan)}
         if len(present) == 2:
             own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")))
             own["identical"] = own["identical"] and _same_results(
@@ -276,34 +293,40 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                      "version_b": meta.loc[(norm, impl, "b"), "library_version"] if models["b"] else "",
                      "optimality_a": vals["a"][0], "optimality_b": vals["b"][0],
                      "delta_optimality": vals["b"][0] - vals["a"][0], "asr_a": vals["a"][1], "asr_b": vals["b"][1],
+                     "failure_a": res["fail_b"], "failure_b": res["fail_a"],
                      "n_models": len(shared), "n_samples": res["n_images"], "n_better": res["wins_a"],
                      "n_worse": res["wins_b"], "ties": res["ties"], "statistic": 0.0, "p_value": res["p_value"],
                      "effect_size": res["effect_size"], "estimate": res["estimate"], "identical": own["identical"],
                      "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
                      "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),
                      "verdict": verdict, "reason": reason, "_fa": fa, "_fb": fb, "_res": res, "_own": own})
-    return _verdicts(pd.DataFrame(rows), alpha, delta)
+    return _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images, style)
 
 
-def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA) -> pd.DataFrame:
+def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_images: int | None = None,
+              style: str = "cli") -> pd.DataFrame:
     """Fill p_adjusted, answer, images_to_decide, score, verdict and reason of the rows present in
-    both runs; the Holm family is the implementations whose rows changed."""
+    both runs. The multiplicity family of a verdict is the implementation's own tests, fixed before
+    the data are seen: one pooled test (no adjustment), or its models' tests with ``by_model``
+    (Holm over them); never the other implementations of the audit."""
     out["p_adjusted"], out["answer"], out["images_to_decide"], out["score"] = np.nan, "", np.nan, 0
     both = (out["verdict"] == "").to_numpy()
     changed = both & ~out["identical"].to_numpy(bool)
-    at = np.flatnonzero(changed)
-    p_diff = holm([r["p_different"] for r in out["_res"].iloc[at]]) if len(at) else []
-    p_eq = holm([r["p_equivalent"] for r in out["_res"].iloc[at]]) if len(at) else []
-    for i, pd_, pe in zip(at, p_diff, p_eq):
-        r = out.iloc[i]
-        word = answer(pd_, pe, alpha)
-        own = r["_own"]
-        need = images_to_decide(own["x"], alpha / len(at), delta) if word == "inconclusive" else float("nan")
-        verdict, reason, score = weigh(r["_res"], word, float(pd_), own["own_xi"], r["_fb"] - r["_fa"],
-                                       r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"], need, delta)
-        for col, v in (("p_adjusted", float(pd_)), ("answer", word), ("images_to_decide", need), ("score", score),
-                       ("verdict", verdict), ("reason", reason)):
-            out.iloc[i, out.columns.get_loc(col)] = v
+    for _, part in out[changed].groupby(["norm", "implementation"], sort=False):
+        at = [out.index.get_loc(i) for i in part.index]
+        p_diff = holm([r["p_different"] for r in out["_res"].iloc[at]])
+        p_eq = holm([r["p_equivalent"] for r in out["_res"].iloc[at]])
+        for i, pd_, pe in zip(at, p_diff, p_eq):
+            r = out.iloc[i]
+            word = answer(pd_, pe, alpha)
+            own = r["_own"]
+            need = images_to_decide(own["x"], alpha / len(at), delta) if word == "inconclusive" else float("nan")
+            verdict, reason, score = weigh(r["_res"], word, float(pd_), own["own_xi"], r["_fb"] - r["_fa"],
+                                           r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"],
+                                           decision_text(need, dataset_images, style), delta)
+            for col, v in (("p_adjusted", float(pd_)), ("answer", word), ("images_to_decide", need),
+                           ("score", score), ("verdict", verdict), ("reason", reason)):
+                out.iloc[i, out.columns.get_loc(col)] = v
     for i in np.flatnonzero(both & ~changed):
         r = out.iloc[i]
         moved = sorted((r["_fa"] ^ r["_fb"]) & VERDICT_FLAGS)

@@ -1,38 +1,38 @@
-"""Three answers about two implementations, with the image as the unit (fidelity/README.md,
-"Statistics: one footing").
+"""Three answers about two implementations, on two endpoints, with the image as the unit
+(fidelity/README.md, "Statistics: one footing").
 
-Per (model, image) the comparison is the log ratio ``r = log(d_a / d_b)`` of the two best
-distances (``log_ratios``): negative when ``a`` found the smaller perturbation. Conventions: two
-failures (or two zeros) tie at 0, a failure against a success is ``±FAILURE`` (larger than any
-finite ratio, which is clipped to ``±LOG_RATIO_CAP``), and ratios within 1e-9 are ties.
+Per (model, image), two outcomes are compared (``pair_values``): whether each implementation broke
+the image (its failure share over models, ``paired_binary``) and, where both broke it, how far:
+the log ratio ``r = log(d_a / d_b)`` of the two best distances (negative when ``a`` found the
+smaller perturbation; finite ratios clipped to ``±LOG_RATIO_CAP``, ratios within 1e-9 ties). An
+image neither implementation broke carries no evidence on either endpoint and is counted apart.
 
-Per image, ``r`` is averaged over the models both implementations ran on (``per_image``): one
-image on several models is one block, so adding a copy of every model changes nothing.
+Per image the values are averaged over the models both implementations ran on: one image on
+several models is one block, so adding a copy of every model changes nothing.
 
-On the n per-image values ``x`` (``compare``):
+``compare`` of the (3, n) per-image values ``[fail_a, fail_b, r]``:
 
-- the effect estimate is the Hodges–Lehmann estimate of the location θ of ``x`` (the median of
-  the Walsh averages: the estimator of the Wilcoxon signed-rank test), and its sign is the one
-  direction rule (θ < 0: ``a`` better);
-- *different*: on the images where the two differ (an identical result is never evidence of a
-  difference), the minimum-effect Wilcoxon test that θ lies beyond the margin ``δ`` in the
-  direction of the estimate (one-sided on ``x ∓ δ``, doubled: two-sided level);
-- *equivalent*, when not different: two one-sided Wilcoxon tests (TOST) over every image, ties
-  included, put θ inside (−δ, δ);
-- *inconclusive* otherwise; ``images_to_decide`` says how many images would decide if the
-  observed per-image values were the truth.
+- **failure endpoint**: Δ = difference of failure rates, margin ``FAILURE_MARGIN`` (5 points): the
+  exact McNemar p, the score test beyond the margin and the score TOST inside it;
+- **distance endpoint**: θ = the Hodges–Lehmann location (pseudo-median) of ``r`` on the images both
+  broke, margin δ = ln 1.05: the minimum-effect signed-rank test beyond ±δ and the TOST inside,
+  on the *same* images;
+- *different*: either endpoint beyond its margin (Bonferroni over the two: ``p_different`` is
+  twice the smaller); *equivalent*: both inside (intersection–union: ``p_equivalent`` is the
+  larger); *inconclusive* otherwise, with ``images_to_decide`` (``sample_size``).
 
-The signed-rank p-values
-are exact (the conditional null distribution over the 2ⁿ sign flips with mid-ranks, by dynamic
-programming) up to ``EXACT_MAX_N`` non-zero values, and the normal approximation with the tie
-correction beyond.
+The signed-rank p-values are exact (the conditional null distribution over the 2ⁿ sign flips with
+mid-ranks, by dynamic programming) up to ``EXACT_MAX_N`` non-zero values, and the normal
+approximation with the tie correction beyond.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats
 
+from . import paired_binary
 from .curves import as_distances
+from .paired_binary import FAILURE_MARGIN
 from .stats import adjust_sorted, tie_correction
 
 #: the equivalence margin on the log-ratio scale: 5% relative. The minimal-ε search stops at
@@ -48,8 +48,11 @@ WALSH_EXACT_MAX = 500_500
 #: exact signed-rank distribution up to this many non-zero values (dynamic programming, cheap)
 EXACT_MAX_N = 40
 ANSWERS = ("different", "equivalent", "inconclusive")
-COMPARE_FIELDS = ["n_images", "wins_a", "wins_b", "ties", "estimate", "effect_size", "p_value",
-                  "p_different", "p_equivalent"]
+COMPARE_FIELDS = ["n_images", "n_both", "n_neither", "fail_a", "fail_b", "broke_only_a", "broke_only_b",
+                  "p_mcnemar", "p_failure_different", "p_failure_equivalent", "wins_a", "wins_b", "ties",
+                  "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
+                  "p_distance_different", "p_distance_equivalent", "p_different", "p_equivalent", "direction",
+                  "mixed"]
 
 
 def log_ratios(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
@@ -157,31 +160,104 @@ def hodges_lehmann(x: np.ndarray) -> float:
     return float(np.median((x[i] + x[j]) / 2))
 
 
-def compare(x: np.ndarray, delta: float = DELTA) -> dict[str, float]:
-    """The comparison of two implementations from (n,) per-image log ratios ``x`` (negative: ``a``
-    smaller): ``COMPARE_FIELDS``. ``wins_a`` counts images where ``a`` is smaller; ``estimate``
-    is the Hodges–Lehmann θ (log ratio) over the images where the two differ; ``effect_size`` the
-    rank-biserial correlation in favour of ``a``; ``p_value`` the two-sided signed-rank test of
-    θ = 0; ``p_different`` the minimum-effect test of |θ| > δ in the direction of the estimate,
-    on the images where they differ (1 when the estimate is 0); ``p_equivalent`` TOST's p (the
-    larger of its two one-sided p-values) over every image: an image where both found the same
-    distance is evidence of equivalence, never of a difference."""
-    x = np.asarray(x, dtype=float)
-    untied = x[x != 0]
-    ranks, w_plus, _ = _signed_rank(x)
-    total = float(ranks.sum())
-    est = hodges_lehmann(untied)
+def nan_as_failure(d: np.ndarray) -> np.ndarray:
+    """Distances of any shape as floats, NaN (an unknown result) as inf; inf stays inf (NumPy's
+    ``nan_to_num`` would make it the largest finite float: a success)."""
+    d = np.asarray(d, dtype=float)
+    return np.where(np.isnan(d), np.inf, d)
+
+
+def pair_values(a: np.ndarray, b: np.ndarray, live: np.ndarray | None = None, rtol: float = 1e-9) -> np.ndarray:
+    """(3, n) per-image values ``[fail_a, fail_b, r]`` of two distance arrays of shape (n,) or
+    (M, n) (models × images, NaN counts as a failure): the share of the models each failed on and
+    the mean log ratio ``r`` over the models where both broke the image (NaN where none did).
+    ``live`` (same shape; default all): the (model, image) cases that needed an attack and that
+    both ran; an image without one has NaN in every row."""
+    a, b = (np.atleast_2d(nan_as_failure(v)) for v in (a, b))
+    live = np.ones(a.shape, dtype=bool) if live is None else np.atleast_2d(np.asarray(live, dtype=bool))
+    broke_a, broke_b = np.isfinite(a), np.isfinite(b)
+    both = live & broke_a & broke_b
+    r = np.clip(log_ratios(np.where(both, a, 1.0), np.where(both, b, 1.0), rtol), -LOG_RATIO_CAP, LOG_RATIO_CAP)
+    seen, seen_both = live.sum(axis=0), both.sum(axis=0)
+    out = np.full((3, a.shape[1]), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[0] = np.where(seen > 0, (live & ~broke_a).sum(axis=0) / seen, np.nan)
+        out[1] = np.where(seen > 0, (live & ~broke_b).sum(axis=0) / seen, np.nan)
+        out[2] = np.where(seen_both > 0, np.where(both, r, 0.0).sum(axis=0) / np.maximum(seen_both, 1), np.nan)
+    return out
+
+
+def observed(values: np.ndarray) -> np.ndarray:
+    """The columns of (3, n) pair values that carry a comparison (the image needed an attack on
+    some model both ran)."""
+    v = np.asarray(values, dtype=float).reshape(3, -1)
+    return v[:, np.isfinite(v[0]) & np.isfinite(v[1])]
+
+
+def swapped(values: np.ndarray) -> np.ndarray:
+    """The same (3, n) pair values seen from the other implementation (b against a)."""
+    v = np.asarray(values, dtype=float)
+    return np.stack([v[1], v[0], -v[2]])
+
+
+def _distance_tests(r: np.ndarray, delta: float) -> tuple[float, float, float]:
+    """(θ̂, p beyond ±δ, TOST p) of the log ratios ``r`` of the images both broke: one parameter,
+    the same images for both tests."""
+    if r.size == 0:
+        return 0.0, 1.0, 1.0
+    est = hodges_lehmann(r)
     if est > delta:
-        p_diff = min(1.0, 2 * signed_rank_p(untied - delta, "greater"))
+        p_diff = min(1.0, 2 * signed_rank_p(r - delta, "greater"))
     elif est < -delta:
-        p_diff = min(1.0, 2 * signed_rank_p(untied + delta, "less"))
+        p_diff = min(1.0, 2 * signed_rank_p(r + delta, "less"))
     else:
         p_diff = 1.0  # the estimate itself is inside the margin: no difference beyond δ to test
-    p_equiv = max(signed_rank_p(x + delta, "greater"), signed_rank_p(x - delta, "less")) if x.size else 1.0
-    return {"n_images": int(x.size), "wins_a": int((x < 0).sum()), "wins_b": int((x > 0).sum()),
-            "ties": int((x == 0).sum()), "estimate": est,
+    return est, p_diff, max(signed_rank_p(r + delta, "greater"), signed_rank_p(r - delta, "less"))
+
+
+def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN) -> dict[str, float]:
+    """The comparison of two implementations from (3, n) per-image values ``[fail_a, fail_b, r]``
+    (``pair_values``; columns without a comparison are ignored): ``COMPARE_FIELDS``.
+
+    Failure endpoint: ``fail_a``/``fail_b`` (failure rates over the images), ``broke_only_a`` /
+    ``broke_only_b`` (discordant images), ``p_mcnemar``, ``p_failure_different`` (beyond
+    ``margin``), ``p_failure_equivalent`` (TOST). Distance endpoint, on the ``n_both`` images both
+    broke: ``estimate`` (θ̂, the pseudo-median log ratio), ``wins_a``/``wins_b``/``ties``,
+    ``share_beyond`` (images with |r| > δ), ``iqr_low``/``iqr_high`` (quartiles of r),
+    ``effect_size`` (rank-biserial in favour of ``a``), ``p_value`` (signed-rank test of θ = 0),
+    ``p_distance_different``, ``p_distance_equivalent``. ``n_neither``: images neither broke (no
+    evidence). Combined: ``p_different`` (Bonferroni over the endpoints), ``p_equivalent``
+    (intersection–union), ``direction`` (−1: ``a`` better, +1: ``b``, 0: no difference estimated;
+    from the endpoint with the smaller difference p, failures first on a tie) and ``mixed``
+    (each endpoint beyond its margin at level 5%, in opposite directions)."""
+    v = observed(values)
+    fa, fb, r_all = v
+    r = r_all[np.isfinite(r_all)]
+    n_neither = int(((fa == 1) & (fb == 1)).sum())
+    est, p_dd, p_de = _distance_tests(r, delta)
+    p_fd, p_fe = paired_binary.beyond_p(fa, fb, margin), paired_binary.within_p(fa, fb, margin)
+    ranks, w_plus, _ = _signed_rank(r)
+    total = float(ranks.sum())
+    fail_diff = paired_binary.estimate(fa, fb)
+    dir_fail = int(np.sign(fail_diff)) if p_fd < 1.0 else 0
+    dir_dist = int(np.sign(est)) if p_dd < 1.0 else 0
+    direction = dir_fail if (dir_fail and p_fd <= p_dd) or not dir_dist else dir_dist
+    if not direction:  # nothing beyond a margin: the sign of the larger relative effect, for wording
+        direction = int(np.sign(fail_diff / margin if abs(fail_diff / margin) >= abs(est / delta) else est))
+    q1, q3 = (np.percentile(r, [25, 75]) if r.size else (0.0, 0.0))
+    return {"n_images": int(fa.size), "n_both": int(r.size), "n_neither": n_neither,
+            "fail_a": float(fa.mean()) if fa.size else 0.0, "fail_b": float(fb.mean()) if fb.size else 0.0,
+            "broke_only_a": int((fa < fb).sum()), "broke_only_b": int((fb < fa).sum()),
+            "p_mcnemar": paired_binary.mcnemar_p(fa, fb), "p_failure_different": p_fd,
+            "p_failure_equivalent": p_fe, "wins_a": int((r < 0).sum()), "wins_b": int((r > 0).sum()),
+            "ties": int((r == 0).sum()), "estimate": est,
+            "share_beyond": float((np.abs(r) > delta).mean()) if r.size else 0.0,
+            "iqr_low": float(q1), "iqr_high": float(q3),
             "effect_size": float((total - 2 * w_plus) / total) if total > 0 else 0.0,
-            "p_value": signed_rank_p(x, "two-sided"), "p_different": p_diff, "p_equivalent": p_equiv}
+            "p_value": signed_rank_p(r, "two-sided"), "p_distance_different": p_dd, "p_distance_equivalent": p_de,
+            "p_different": float(min(1.0, 2 * min(p_fd, p_dd))), "p_equivalent": float(max(p_fe, p_de)),
+            "direction": direction, "mixed": bool(dir_fail and dir_dist and dir_fail != dir_dist
+                                                   and max(p_fd, p_dd) < 0.05)}
 
 
 def answer(p_different: float, p_equivalent: float, alpha: float) -> str:
@@ -193,43 +269,12 @@ def answer(p_different: float, p_equivalent: float, alpha: float) -> str:
     return "inconclusive"
 
 
-#: the projection is of the median outcome; this margin makes the projected size decide
-PROJECTION_MARGIN = 1.15
+def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA) -> float:
+    """Images a rerun needs for ``compare`` to decide with 80% power at a conservative truth
+    (``sample_size.images_to_decide``)."""
+    from .sample_size import images_to_decide as plan
 
-
-def images_to_decide(x: np.ndarray, alpha: float, delta: float = DELTA) -> float:
-    """Images a rerun would need for ``compare`` to decide at level ``alpha`` (different when the
-    estimate is beyond δ, equivalent when inside) if the observed per-image values were the
-    truth: the signed-rank z grows as √n, so n·(z_needed/z_observed)², with a 15% margin, then
-    grown by 15% steps until ``compare`` on the values repeated to that size decides. ``inf``
-    when the observed values point nowhere (z ≤ 0, e.g. an estimate exactly at ±δ) or no size
-    up to 270× the projection decides."""
-    x = np.asarray(x, dtype=float)
-    if x.size == 0:
-        return float("inf")
-    untied = x[x != 0]
-    est = hodges_lehmann(untied)
-    if abs(est) > delta:
-        # judged on the images where they differ; ties dilute: scale back to all images
-        z = float(signed_rank_z(np.sign(est) * untied - delta)[0])
-        need = stats.norm.isf(alpha / 2)
-        scale = x.size / untied.size
-    else:
-        z = float(min(signed_rank_z(x + delta)[0], signed_rank_z(delta - x)[0]))
-        need = stats.norm.isf(alpha)
-        scale = 1.0
-    if not z > 0:
-        return float("inf")
-    n = untied.size if abs(est) > delta else x.size
-    size = max(int(np.ceil(n * (need / z) ** 2 * PROJECTION_MARGIN * scale)), x.size + 1)
-    # the normal projection is rough at a few images: grow it until the real test, on the
-    # observed values repeated to that size, decides
-    for _ in range(40):
-        res = compare(np.resize(x, size), delta)
-        if answer(res["p_different"], res["p_equivalent"], alpha) != "inconclusive":
-            return float(size)
-        size = int(np.ceil(size * 1.15))
-    return float("inf")
+    return plan(values, alpha, delta)
 
 
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
@@ -241,8 +286,10 @@ def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
 
 
 def distances_compare(a: np.ndarray, b: np.ndarray, delta: float = DELTA) -> dict[str, float]:
-    """``compare`` of two (n,) distance arrays on one model (images in the same order)."""
-    return compare(log_ratios(as_distances(a), as_distances(b)), delta)
+    """``compare`` of two (n,) distance arrays on one model (images in the same order; an image
+    at distance 0 for both, misclassified clean, needed no attack and is left out)."""
+    a, b = as_distances(a), as_distances(b)
+    return compare(pair_values(a, b, live=~((a == 0) & (b == 0))), delta)
 
 
 class ImageBlocks:
@@ -293,17 +340,11 @@ class ImageBlocks:
         return ~np.isnan(self.dist[:, i]).all(axis=1)
 
     def image_values(self, i: int, j: int, model: int | None = None) -> np.ndarray:
-        """(n,) per-image log ratios of implementation i against j (negative: i smaller), the mean
-        over the models both ran on (or on ``model`` only) where the image needed an attack; NaN
-        where none did."""
+        """(3, n) per-image values ``[fail_a, fail_b, r]`` of implementation i against j
+        (``pair_values``; r negative: i smaller) over the models both ran on (or on ``model``
+        only) where the image needed an attack; NaN columns where none did."""
         ran = self.ran(i) & self.ran(j)
         if model is not None:
             ran = ran & (np.arange(len(self.models)) == model)
         live = (self.d_star > 0) & ran[:, None]
-        r = np.where(live, log_ratios(np.nan_to_num(self.dist[:, i], nan=np.inf),
-                                      np.nan_to_num(self.dist[:, j], nan=np.inf)), np.nan)
-        out = np.full(len(self.images), np.nan)
-        seen = live.any(axis=0)
-        with np.errstate(invalid="ignore"):
-            out[seen] = np.nanmean(r[:, seen], axis=0)
-        return out
+        return pair_values(self.dist[:, i], self.dist[:, j], live)

@@ -6,8 +6,9 @@ result beyond the attack's own seed noise (``twins.py``), or the attack fails on
 one class while breaking the others, beyond what those images' difficulty explains
 (``class_failure.py``). An attack that is merely weak is never a label bug (``recommend`` gives it
 a weakness note instead). Each statistical rule (those two, ``shift_sensitivity``,
-``optimality_gap``, ``last_not_best``) is Benjamini–Hochberg adjusted over every job the report
-judges with it.
+``optimality_gap``, ``last_not_best``) is Benjamini–Hochberg adjusted over the implementation's own
+jobs (its models), a family fixed before the data are seen: a verdict about one implementation never
+depends on which other implementations the report holds.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ SILENT_FAILURE_FLOOR = 0.25
 #: two seeded runs disagree on a sample beyond this relative difference (float noise is below)
 NONDETERMINISM_RTOL = 1e-4
 #: optimality gap: different from and worse than a sibling (beyond the margin δ, image by image),
-#: Bonferroni over the siblings, Benjamini–Hochberg over the report, AND at least this much lower ξ
+#: Bonferroni over the siblings, Benjamini–Hochberg over the implementation's models, AND at least this much lower ξ
 GAP_MIN_DELTA = 0.05
 #: families that legitimately run without backward passes (no-backward is not a failure there)
 GRADIENT_FREE_FAMILIES = frozenset({"boundary", "hsja", "square", "simba", "sparse_rs", "spatial",
@@ -123,7 +124,7 @@ def _last_not_best(g: pd.DataFrame) -> dict | None:
     return {"p": p, "k": k, "n": n, "rate": rate, "kind": kind, "worse": elig[is_worse]}
 
 
-def _last_not_best_evidence(c: dict, q: float) -> str:
+def _last_not_best_evidence(c: dict, q: float, n_jobs: int) -> str:
     worse = c["worse"]
     lost = int((~np.isfinite(worse["returned_distance"])).sum())
     both = worse[np.isfinite(worse["returned_distance"])]
@@ -131,7 +132,7 @@ def _last_not_best_evidence(c: dict, q: float) -> str:
         if len(both) else ""
     return (f"returned output worse than the best it had queried on {c['k']} of {c['n']} images it broke "
             f"({lost} returned no adversarial at all{ratio}); null rate {c['rate']:.0%} for a sound {c['kind']} "
-            f"attack, p = {c['p']:.2g}, BH q = {q:.2g} over the report: images {sample_list(worse['sample'])}")
+            f"attack, p = {c['p']:.2g}, BH q = {q:.2g} over its {n_jobs} job{'s' * (n_jobs != 1)}: images {sample_list(worse['sample'])}")
 
 
 def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
@@ -196,10 +197,16 @@ def _per_job(rows: pd.DataFrame) -> list[dict]:
         lnb = _last_not_best(g)
         if lnb is not None:
             tested.append((key, lnb))
-    q = benjamini_hochberg([c["p"] for _, c in tested]) if tested else []
-    for (key, c), qv in zip(tested, q):
-        if qv < ALPHA and c["k"] >= LAST_NOT_BEST_MIN_IMAGES:
-            out.append(dict(zip(JOB_KEY, key)) | {"flag": "last_not_best", "evidence": _last_not_best_evidence(c, qv)})
+    # the multiplicity family: the implementation's own jobs (its models), never the report
+    families: dict[tuple, list] = {}
+    for key, c in tested:
+        families.setdefault(tuple(key[1:]), []).append((key, c))
+    for members in families.values():
+        q = benjamini_hochberg([c["p"] for _, c in members])
+        for (key, c), qv in zip(members, q):
+            if qv < ALPHA and c["k"] >= LAST_NOT_BEST_MIN_IMAGES:
+                out.append(dict(zip(JOB_KEY, key)) | {"flag": "last_not_best",
+                                                      "evidence": _last_not_best_evidence(c, qv, len(members))})
     return out
 
 
@@ -253,45 +260,53 @@ def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
 
 def _optimality_gap(t: pd.DataFrame) -> list[dict]:
     """``t``: a prepared table without twins. Per model, family and norm, every implementation
-    against every sibling (no best is picked first): its p-value is the smallest difference-test
-    p (``equivalence.compare``: beyond δ, image by image) against a sibling that is closer and has
-    at least ``GAP_MIN_DELTA`` higher ξ, times the number of siblings (Bonferroni); the rule's
-    p-values are Benjamini–Hochberg adjusted over the whole report, and q < ``ALPHA`` flags."""
+    against every sibling (no best is picked first): its p-value on that model is the smallest
+    difference-test p (``equivalence.compare``: either endpoint beyond its margin, image by image)
+    against a sibling shown better (not a ``mixed`` pair), times the number of siblings
+    (Bonferroni); 1 without one. The multiplicity family is the implementation's own models,
+    declared before the data are seen: Benjamini–Hochberg over them, and a model with q < ``ALPHA``
+    is flagged when that sibling's ξ is at least ``GAP_MIN_DELTA`` higher."""
     pairs = pairwise(t, pooled=False)
     if pairs.empty:
         return []
-    cand = []
+    tests: dict[tuple, dict[str, tuple]] = {}
     for (model, norm, family), g in pairs.groupby(["model", "norm", "family"], sort=True):
         if not family:
             continue
         impls = set(zip(g["implementation_a"], g["library_version_a"])) | set(zip(g["implementation_b"],
                                                                                 g["library_version_b"]))
-        best: dict[tuple, tuple] = {}
+        best: dict[tuple, tuple] = {i: (1.0, None, np.nan, np.nan, None) for i in impls}
         for r in g.itertuples(index=False):
             a, b = (r.implementation_a, r.library_version_a), (r.implementation_b, r.library_version_b)
-            worse, better, xi_w, xi_b = (b, a, r.optimality_b, r.optimality_a) if r.estimate < 0 else \
-                (a, b, r.optimality_a, r.optimality_b)
-            if r.estimate == 0 or not (np.isfinite(xi_b - xi_w) and xi_b - xi_w >= GAP_MIN_DELTA):
+            if r.direction == 0 or r.mixed:
                 continue
+            worse, better, xi_w, xi_b = (b, a, r.optimality_b, r.optimality_a) if r.direction < 0 else \
+                (a, b, r.optimality_a, r.optimality_b)
             p = min(1.0, r.p_different * (len(impls) - 1))
-            if worse not in best or p < best[worse][0]:
+            if p < best[worse][0]:
                 best[worse] = (p, better, xi_w, xi_b, r)
-        cand += [(model, norm, w, *v) for w, v in best.items()]
-    if not cand:
-        return []
-    q = benjamini_hochberg([c[3] for c in cand])
+        for w, v in best.items():
+            tests.setdefault((norm, *w), {})[model] = (*v, len(impls) - 1)
     out = []
-    for (model, norm, worse, p, better, xi_w, xi_b, r), qv in zip(cand, q):
-        if not qv < ALPHA:
-            continue
-        wins_w, wins_b = (r.wins_a, r.wins_b) if worse[0] == r.implementation_a else (r.wins_b, r.wins_a)
-        out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
-                    "flag": "optimality_gap", "evidence": (
-                        f"optimality {xi_w:.3f} vs {xi_b:.3f} for {better[0]} {better[1]}".rstrip()
-                        + f"; per image {np.expm1(abs(r.estimate)):.0%} farther (Hodges–Lehmann), beyond the "
-                          f"±{np.expm1(DELTA):.0%} margin with p = {r.p_different:.2g} (×{len(impls) - 1} siblings: "
-                          f"{p:.2g}; BH q = {qv:.2g} over the report) on {r.n_samples} images, smaller perturbation "
-                          f"on {wins_w} vs {wins_b}")})
+    for (norm, *worse), per_model in tests.items():
+        models = sorted(per_model)
+        q = benjamini_hochberg([per_model[m][0] for m in models])
+        for model, qv in zip(models, q):
+            p, better, xi_w, xi_b, r, siblings = per_model[model]
+            if r is None or not qv < ALPHA or not (np.isfinite(xi_b - xi_w) and xi_b - xi_w >= GAP_MIN_DELTA):
+                continue
+            wins_w, wins_b = (r.wins_a, r.wins_b) if worse[0] == r.implementation_a else (r.wins_b, r.wins_a)
+            fail_w, fail_b = (r.fail_a, r.fail_b) if worse[0] == r.implementation_a else (r.fail_b, r.fail_a)
+            out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
+                        "flag": "optimality_gap", "evidence": (
+                            f"optimality {xi_w:.3f} vs {xi_b:.3f} for {better[0]} {better[1]}".rstrip()
+                            + f"; failure rates {fail_w:.0%} vs {fail_b:.0%}; on the {r.n_both} images both broke "
+                              f"typically {np.expm1(abs(r.estimate)):.0%} "
+                              f"{'farther' if (r.estimate > 0) == (worse[0] == r.implementation_a) else 'closer'} "
+                              f"per image (pseudo-median), smaller perturbation on {wins_w} vs {wins_b}; different "
+                              f"beyond the margins with p = {r.p_different:.2g} (×{siblings} "
+                              f"siblings: {p:.2g}; BH q = {qv:.2g} over its {len(models)} models) on "
+                              f"{r.n_samples} images")})
     return out
 
 

@@ -5,22 +5,23 @@ The rule (fidelity/README.md, "Trust sets"):
 1. Candidates are the implementations without a defect flag (every flag but the weakness flags
    ``WEAKNESS_FLAGS``; ``below_expected_strength`` included, so an implementation of a strong
    family far from its norm's envelope is never trusted).
-2. Every two candidates are compared image by image (``equivalence.compare`` on per-image log
-   ratios, one image on all models one block). A candidate is excluded when some other candidate
+2. Every two candidates are compared image by image on two endpoints (``equivalence.compare``:
+   failure rates and, on the images both broke, per-image log ratios; one image on all models one
+   block). A candidate is excluded when some other candidate
    is *different* from it, better, with the difference test Holm-adjusted over all those pairs:
    no pick is made before testing, so the comparison with the best needs no selection
    correction. The top pick is the remaining candidate with the highest global ξ (within
    ``TIE_TOLERANCE`` the cheaper one).
-3. The other members are compared with the top pick for equivalence (TOST within ``DELTA``,
-   Holm over them). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
+3. The other members are compared with the top pick for equivalence (both endpoints inside
+   their margins, Holm over the members). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
    top pick), "inconclusive" (a member neither different nor equivalent: ``images_to_decide``
    says how many images would decide), "only implementation" (one candidate), "none" (no
    candidate).
 4. ``optimality_ci``: a 95% percentile bootstrap interval of each member's global ξ, resampling
    images (an image's rows on every model together; the envelope and ε₀ move with them).
    ``top_share``: how often the resample's own top pick (the same rule) is the top pick;
-   ``top_in_set``: how often the top pick is not excluded in the resample (normal-approximation
-   signed-rank tests, ``equivalence.signed_rank_z``).
+   ``top_in_set``: how often the top pick is not excluded in the resample (normal approximations
+   of both endpoints' tests).
 """
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ import pandas as pd
 from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
-from .equivalence import DELTA, ImageBlocks, answer, compare, images_to_decide, signed_rank_z
+from . import paired_binary
+from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, images_to_decide, signed_rank_z,
+                          swapped)
+from .evidence_text import relative, shown_text
+from .sample_size import decision_text
 from .flags import flagged
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
@@ -52,6 +57,10 @@ BOOTSTRAP_SEED = 0
 #: an implementation with global ξ below this fraction of the best attack of its norm gets a
 #: weakness note (weak here, correct as far as the label evidence goes)
 WEAK_FRACTION = 0.5
+#: a pair whose endpoints disagree in direction: shown different, but neither is better overall
+MIXED_DECISION = ("the endpoints disagree (one breaks more images, the other is closer on the images both broke): "
+                  "more images will not order them; choose by the endpoint your claim rests on (robust accuracy "
+                  "at a fixed ε: failures; minimal distances: distance)")
 #: flags that say "weaker", not "wrong": they never remove a candidate (the tests decide) and an
 #: implementation carrying only these gets a weakness note
 WEAKNESS_FLAGS = frozenset({"optimality_gap"})
@@ -113,19 +122,29 @@ def _excluded(p_diff: np.ndarray, better: np.ndarray, pairs: list[tuple[int, int
 
 def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list[tuple[int, int]], c: int,
                           alpha: float) -> np.ndarray:
-    """(B, c) exclusions in each bootstrap resample: per pair, the difference test on the
-    resampled images where the two differ, in the direction of the larger z (normal
-    approximation)."""
+    """(B, c) exclusions in each bootstrap resample: per pair, both endpoints' difference tests
+    on the resampled images (normal approximations: the failure endpoint's score test, the
+    distance endpoint's signed-rank test on the images both broke), Bonferroni over the two, in
+    the direction of the smaller p."""
     if not pairs:
         return np.zeros((idx.shape[0], c), dtype=bool)
     p_all, better_all = [], []
-    for x in values:
-        r = x[idx]                                             # (B, n), NaN: no comparison
-        untied = np.isfinite(r) & (r != 0)
-        z_first = signed_rank_z(np.where(untied, -r - DELTA, 0.0))   # first member smaller beyond δ
-        z_second = signed_rank_z(np.where(untied, r - DELTA, 0.0))
-        better_all.append(z_first >= z_second)
-        p_all.append(np.minimum(1.0, 2 * sps.norm.sf(np.maximum(z_first, z_second))))
+    for v in values:
+        fa, fb, r = v[0][idx], v[1][idx], v[2][idx]             # (B, n), NaN: no comparison
+        seen = np.isfinite(fa) & np.isfinite(fb)
+        d = np.where(seen, fb - fa, 0.0)                         # > 0: the first member broke it, the second not
+        x10, x01, n = np.clip(d, 0, None).sum(1), np.clip(-d, 0, None).sum(1), seen.sum(1)
+        z_f_first = paired_binary.score_z(x10, x01, n, FAILURE_MARGIN)
+        z_f_second = -paired_binary.score_z(x10, x01, n, -FAILURE_MARGIN)
+        both = np.isfinite(r)
+        z_d_first = signed_rank_z(np.where(both, -r - DELTA, 0.0))  # first member smaller beyond δ
+        z_d_second = signed_rank_z(np.where(both, r - DELTA, 0.0))
+        z_f, z_d = np.maximum(z_f_first, z_f_second), np.maximum(z_d_first, z_d_second)
+        first = np.where(z_f >= z_d, z_f_first >= z_f_second, z_d_first >= z_d_second)
+        sig = sps.norm.isf(0.025)
+        mixed = ((z_f_first > sig) & (z_d_second > sig)) | ((z_f_second > sig) & (z_d_first > sig))
+        better_all.append(first)
+        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, 4 * sps.norm.sf(np.maximum(z_f, z_d)))))
     return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
 
@@ -137,7 +156,7 @@ def _ci_text(ci: tuple[float, float] | list[float]) -> str:
 
 def _pct(ratio: float) -> str:
     """A per-image log ratio as a relative size: +0.105 → "11% farther"."""
-    return f"{abs(np.expm1(ratio)):.0%} {'farther' if ratio > 0 else 'closer'}"
+    return relative(ratio)
 
 
 def what_happened(blocks: ImageBlocks, i: int, eps_max: float | None) -> str:
@@ -155,13 +174,13 @@ def what_happened(blocks: ImageBlocks, i: int, eps_max: float | None) -> str:
 
 
 def _tie_text(top: str, m: dict) -> str:
+    res = m["result"]
     if m["answer"] == "equivalent":
-        return (f"{m['implementation']} is equivalent to {top} (per-image difference inside ±{np.expm1(DELTA):.0%}, "
-                f"TOST Holm-adjusted p = {m['p_equivalent']:.2g})")
-    need = m["images_to_decide"]
-    rerun = f"rerun with --samples {int(need)}" if np.isfinite(need) else "no number of images would decide it"
-    return (f"{m['implementation']} vs {top}: inconclusive (median per-image difference {_pct(m['estimate'])}; "
-            f"neither shown different nor equivalent within ±{np.expm1(DELTA):.0%}): {rerun}")
+        return f"{m['implementation']} vs {top}: " + shown_text(res, "equivalent", m["p_equivalent"],
+                                                                 a=m["implementation"], b=top)
+    word = "different" if m["answer"] == "mixed" else "inconclusive"
+    return (f"{m['implementation']} vs {top}: " + shown_text(res, word, a=m["implementation"], b=top)
+            + f": {m['decision']}")
 
 
 def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: float, n_cands: int,
@@ -179,30 +198,37 @@ def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: fl
               f"in {top_in_set:.0%}")
     if verdict == "clear":
         return (f"clear: {head}; every other unflagged implementation is different from it and worse "
-                f"(beyond ±{np.expm1(DELTA):.0%} per image, Holm-adjusted); {stable}")
+                f"(beyond ±{FAILURE_MARGIN * 100:.0f} points of failure rate or ±{np.expm1(DELTA):.0%} typical "
+                f"per-image distance, Holm-adjusted); {stable}")
     rel = "; ".join(_tie_text(top["implementation"], m) for m in members[1:])
     if verdict == "tied":
         return f"tied: {names}; use any of them. {rel}. {stable}"
-    need = max(m["images_to_decide"] for m in members[1:] if m["answer"] != "equivalent")
-    rerun = f"rerun with --samples {int(need)}" if np.isfinite(need) else "more images would not decide it"
-    return f"inconclusive: {names}; {rerun}. {rel}. {stable}"
+    worst = max((m for m in members[1:] if m["answer"] != "equivalent"),
+                key=lambda m: -1.0 if m["images_to_decide"] is None else m["images_to_decide"])
+    return f"inconclusive: {names}; {worst['decision']}. {rel}. {stable}"
 
 
 # ------------------------------------------------------------------------------------ main
 def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
               eps_max: Mapping[str, float] | None = None, n_boot: int = N_BOOTSTRAP,
-              seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None, alpha: float = ALPHA) -> pd.DataFrame:
+              seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None, alpha: float = ALPHA,
+              dataset_images: int | None = None, style: str = "cli") -> pd.DataFrame:
     """Per (family, norm): the trust set. ``RECOMMEND_COLUMNS``, one row per family and norm.
 
     ``verdict`` is one of ``VERDICTS``; "none" has no trusted implementation (``note`` says why
     and, for a strong family whose implementations all fall below their expected strength, names
     the best attack of the norm instead). ``trust_set`` is a list of ``{implementation,
     library_version, optimality, optimality_ci: [lo, hi], answer, estimate, p_different,
-    p_equivalent, images_to_decide, p_adjusted, wins_top, wins_member, samples_to_separate}``
-    (top pick first; ``answer`` against the top pick: "equivalent" or "inconclusive"; the last
-    four repeat the equivalence p, the images where the top pick / the member is closer, and
-    ``images_to_decide`` under their older names). ``weak`` lists weakness notes. ``board``:
-    ``leaderboard(table, eps_max=eps_max)`` when the caller has it already.
+    p_equivalent, images_to_decide, p_adjusted, wins_top, wins_member, samples_to_separate,
+    fail_member, fail_top, share_beyond, n_both, decision}`` (top pick first; ``answer`` against
+    the top pick: "equivalent" or "inconclusive"; ``estimate`` the member's pseudo-median log
+    ratio to the top pick on the images both broke; ``p_adjusted``, ``wins_*`` and
+    ``samples_to_separate`` repeat the equivalence p, the images where the top pick / the member
+    is closer, and ``images_to_decide`` under older names; ``decision`` what would decide it).
+    ``weak`` lists weakness notes. ``board``: ``leaderboard(table, eps_max=eps_max)`` when the
+    caller has it already. ``dataset_images``: how many images the dataset has (an inconclusive
+    pair that needs more "cannot be decided on this dataset"); ``style``: "cli" or "api", the
+    caller's spelling of the sample count in advice.
     """
     board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:
@@ -219,7 +245,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     rows = []
     for (family, norm), g in board.groupby(["family", "norm"], sort=True):
         row = _one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
-                   (eps_max or {}).get(norm), n_boot, seed, alpha)
+                   (eps_max or {}).get(norm), n_boot, seed, alpha, dataset_images, style)
         mine = [f"{r.implementation}: {n}" for r in g.itertuples(index=False)
                 for n in notes.get((r.implementation, r.library_version, norm), [])]
         short = _shortfall_note(family, norm, strength, best_of_norm.loc[norm])
@@ -261,9 +287,11 @@ def trust_tests(blocks: ImageBlocks, cands: list[int], alpha: float = ALPHA) -> 
     tests = {}
     for i, j in pairs:
         x = blocks.image_values(i, j)
-        tests[(i, j)] = (x, compare(x[np.isfinite(x)]))
-    p = np.array([[tests[q][1]["p_different"] for q in pairs]]) if pairs else np.zeros((1, 0))
-    better = np.array([[tests[q][1]["estimate"] < 0 for q in pairs]]) if pairs else np.zeros((1, 0), bool)
+        tests[(i, j)] = (x, compare(x))
+    # a mixed pair (one breaks more images, the other is closer on those both broke) excludes neither
+    p = np.array([[1.0 if tests[q][1]["mixed"] else tests[q][1]["p_different"] for q in pairs]]) if pairs \
+        else np.zeros((1, 0))
+    better = np.array([[tests[q][1]["direction"] < 0 for q in pairs]]) if pairs else np.zeros((1, 0), bool)
     local = [(cands.index(i), cands.index(j)) for i, j in pairs]
     return tests, _excluded(p, better, local, len(cands), alpha)[0], pairs
 
@@ -276,7 +304,8 @@ def _member(r: pd.Series, ci: tuple[float, float]) -> dict:
 
 
 def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best: pd.Series,
-         eps_max: float | None, n_boot: int, seed: int, alpha: float) -> dict:
+         eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None,
+         style: str = "cli") -> dict:
     g = g.assign(clean=[not (set(f) - WEAKNESS_FLAGS) for f in g["flags"]],
                  tier=(g["optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
     g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
@@ -316,16 +345,19 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     others = kept[1:]
     p_eq = holm([tests[(min(top, c), max(top, c))][1]["p_equivalent"] for c in others]) if others else []
     for c, pe in zip(others, p_eq):
-        x, res = tests[(min(top, c), max(top, c))]
-        flip = 1.0 if top < c else -1.0                       # values as log(d_top / d_member)
-        vals = flip * x[np.isfinite(x)]
-        word = answer(1.0, pe, alpha)                          # not different: it was kept
-        wins_top, wins_member = (res["wins_a"], res["wins_b"]) if top < c else (res["wins_b"], res["wins_a"])
-        need = images_to_decide(vals, alpha / max(len(others), 1)) if word != "equivalent" else None
+        x, _ = tests[(min(top, c), max(top, c))]
+        vals = x if c < top else swapped(x)                   # the member against the top pick
+        res = compare(vals)
+        word = "mixed" if res["mixed"] else answer(1.0, pe, alpha)  # not different: it was kept
+        need = images_to_decide(vals, alpha / max(len(others), 1)) if word == "inconclusive" else None
         members.append(_member(g.iloc[c], ci[c]) | {
-            "answer": word, "estimate": -flip * res["estimate"], "p_equivalent": float(pe),
+            "answer": word, "estimate": res["estimate"], "p_equivalent": float(pe),
             "p_different": float(res["p_different"]), "images_to_decide": need, "p_adjusted": float(pe),
-            "wins_top": int(wins_top), "wins_member": int(wins_member), "samples_to_separate": need})
+            "wins_top": int(res["wins_b"]), "wins_member": int(res["wins_a"]), "samples_to_separate": need,
+            "fail_member": res["fail_a"], "fail_top": res["fail_b"], "share_beyond": res["share_beyond"],
+            "n_both": res["n_both"], "result": res,
+            "decision": decision_text(need, dataset_images, style) if need is not None else (
+                MIXED_DECISION if word == "mixed" else "")})
     top_share, top_in_set = _stability(xi_boot, idx, tests, pairs, cands, top, alpha)
     if len(cands) == 1:
         verdict = "only implementation"
@@ -338,13 +370,14 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     if xi_top == 0:
         members[0]["why_zero"] = f"ξ = 0: {what_happened(blocks, top, eps_max)}"
     far = bool(np.isfinite(xi_norm) and xi_top < WEAK_FRACTION * xi_norm)
-    undecided = [m["images_to_decide"] for m in members[1:] if m["answer"] != "equivalent"]
+    undecided = [m["images_to_decide"] for m in members[1:] if m["answer"] == "inconclusive"]
     # images that would decide whether the excluded were rightly excluded are not asked for
     need = max(undecided) if undecided else float("nan")
     notes = [f"flagged, not considered: {flagged_note}"] if flagged_note else []
     summary = _summary(verdict, members, top_share, top_in_set, len(cands), len(g), best_norm, far)
     for m in members:
         m.pop("why_zero", None)
+        m.pop("result", None)
     return base | {"verdict": verdict, "implementation": top_row["implementation"], "library": top_row["library"],
                    "library_version": top_row["library_version"], "optimality": xi_top,
                    "optimality_ci": list(ci[top]), "queries": float(top_row["queries"]),

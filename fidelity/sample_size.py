@@ -1,0 +1,105 @@
+"""How many images would decide an inconclusive comparison, with a stated power.
+
+``images_to_decide`` plans for a *conservative* truth, not for the observed effect: a plug-in of the
+observed effect gives sizes that swing by orders of magnitude between reruns (an equivalent pair
+with θ 2% and per-image sd 0.10 gave 37 to 404,306 images after 32) and power well under the
+nominal when the observed effect happened to be large. Per endpoint (``equivalence.compare``):
+
+- **leaning different** (the estimate beyond its margin): the one-sided 80% confidence bound of the
+  effect nearer the margin is the planned truth; the size gives the minimum-effect test ``POWER``
+  at α/2 (the Bonferroni share of one endpoint). Either endpoint suffices: the smaller size.
+- **leaning equivalent** (inside both margins): the bound farther from 0 is the planned truth; the
+  size gives TOST ``POWER``. Both endpoints must be shown: the larger size.
+
+When the bound reaches the margin, no size has that power at the planned truth: ``inf`` ("more
+images would not decide it"). The distance endpoint's standard error is the bootstrap standard
+error of the Hodges–Lehmann estimate (heavy-tailed per-image noise is common: foolbox PGD's seed
+noise has sd 0.09 with 56% of images beyond ±5%), scaled as 1/√n; the images both broke are the
+observed share of all images. ``benchmarks/power.py`` checks the achieved power by simulation.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from . import paired_binary
+from .equivalence import DELTA, FAILURE_MARGIN, hodges_lehmann, observed
+
+#: the power every planned size targets
+POWER = 0.8
+#: the confidence of the bound that stands in for the truth (one-sided)
+PLAN_CONFIDENCE = 0.8
+#: bootstrap resamples for the standard error of θ̂ (fixed seed: the same table, the same size)
+N_BOOT = 200
+#: the standard error is never taken below this (log-ratio scale): identical results on a few
+#: images do not prove zero spread
+MIN_SE_PER_IMAGE = 0.01
+
+
+def _hl_se(r: np.ndarray) -> float:
+    """Bootstrap standard error of the Hodges–Lehmann estimate of (n,) values, times √n (per
+    image), floored at ``MIN_SE_PER_IMAGE``."""
+    rng = np.random.default_rng(0)
+    sub = r if r.size <= 400 else rng.choice(r, 400, replace=False)
+    boot = [hodges_lehmann(sub[rng.integers(0, sub.size, sub.size)]) for _ in range(N_BOOT)]
+    return max(float(np.std(boot)) * np.sqrt(sub.size), MIN_SE_PER_IMAGE)
+
+
+def distance_images(r: np.ndarray, share_both: float, alpha: float, delta: float = DELTA,
+                    power: float = POWER) -> float:
+    """Images (all, not only those both broke) for the distance endpoint to decide with
+    ``power`` at a conservative truth; ``inf`` when the bound reaches the margin or no image was
+    broken by both."""
+    if r.size == 0 or share_both <= 0:
+        return float("inf")
+    est, sd = hodges_lehmann(r), _hl_se(r)
+    z_bound, z_power = stats.norm.ppf(PLAN_CONFIDENCE), stats.norm.ppf(power)
+    se = sd / np.sqrt(r.size)
+    if abs(est) > delta:
+        plan, z_alpha = abs(est) - z_bound * se, stats.norm.isf(alpha / 2)
+        gap = plan - delta
+    else:
+        plan, z_alpha = abs(est) + z_bound * se, stats.norm.isf(alpha)
+        gap = delta - plan
+    if gap <= 0:
+        return float("inf")
+    return float(np.ceil((z_alpha + z_power) ** 2 * sd ** 2 / gap ** 2 / share_both))
+
+
+def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, power: float = POWER,
+                     margin: float = FAILURE_MARGIN) -> float:
+    """Images a rerun needs for ``equivalence.compare`` of (3, n) pair values to decide at level
+    ``alpha`` with probability ``power`` at a conservative truth (module docstring): at least one
+    more than it has, ``inf`` when no size would."""
+    v = observed(values)
+    fa, fb, r_all = v
+    n = fa.size
+    if n == 0:
+        return float("inf")
+    r = r_all[np.isfinite(r_all)]
+    share = r.size / n
+    fail_beyond = abs(paired_binary.estimate(fa, fb)) > margin
+    dist_beyond = r.size > 0 and abs(hodges_lehmann(r)) > delta
+    if fail_beyond or dist_beyond:
+        sizes = []
+        if fail_beyond:
+            sizes.append(paired_binary.images_needed(fa, fb, alpha / 2, power, margin))
+        if dist_beyond:
+            sizes.append(distance_images(r, share, alpha / 2, delta, power))
+        need = min(sizes)
+    else:
+        need = max(paired_binary.images_needed(fa, fb, alpha, power, margin),
+                   distance_images(r, share, alpha, delta, power))
+    return float(max(need, n + 1)) if np.isfinite(need) else float("inf")
+
+
+def decision_text(need: float, have_images: int | None, style: str = "cli") -> str:
+    """What to do about an inconclusive comparison, in the caller's words: ``style`` "cli"
+    (``--samples N``) or "api" (``samples=N``); "cannot be decided on this dataset" when the
+    dataset has fewer than ``need`` images."""
+    if not np.isfinite(need):
+        return "more images would not decide it at the effect the data allow"
+    if have_images is not None and need > have_images:
+        return f"cannot be decided on this dataset (needs ≈{int(need)} images, it has {have_images})"
+    flag = f"samples={int(need)}" if style == "api" else f"--samples {int(need)}"
+    return f"rerun with {flag} (80% power)"
