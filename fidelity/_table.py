@@ -14,7 +14,8 @@ Conventions shared by the whole package (fidelity/README.md explains why):
   it is its own model for envelopes and local optimality, and left out of every cross-model
   aggregate;
 - rows of status ``unsupported`` (the adapter could not call that release the way the job needs:
-  our limitation, not the library's) are absent: never a crash, never a failure.
+  our limitation, not the library's) and ``harness_error`` (the job's worker failed before the
+  attack started) are absent: never a crash, never a failure.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import pandas as pd
 TWIN_SEP = "~"
 #: row status of a job the adapter could not run (treated as absent everywhere)
 UNSUPPORTED = "unsupported"
+#: row statuses that carry no result of the attack (``harness/results/schema.py``): left out everywhere
+NO_RESULT = (UNSUPPORTED, "harness_error")
 SHIFT_SUFFIX = "~shift"
 #: one implementation of one release
 IMPL_KEY = ["implementation", "library_version"]
@@ -44,7 +47,7 @@ _DEFAULTS: dict[str, object] = {
 def prepare(table: pd.DataFrame) -> pd.DataFrame:
     """A cleaned copy of ``table``: missing optional columns filled, distances float with NaN as
     inf, one row per (model, norm, implementation, library_version, sample) (the last one wins, as
-    a rerun's rows come after the original's), rows of status ``unsupported`` dropped.
+    a rerun's rows come after the original's), rows of status ``unsupported`` or ``harness_error`` dropped.
 
     Raises ValueError when a required column is missing or when targeted and untargeted rows are
     mixed (their envelopes measure different things).
@@ -54,7 +57,7 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"result table lacks column(s) {', '.join(missing)}")
     t = table.copy()
     if "status" in t.columns:
-        t = t[t["status"].astype(str) != UNSUPPORTED]
+        t = t[~t["status"].astype(str).isin(NO_RESULT)]
     for col, default in _DEFAULTS.items():
         if col not in t.columns:
             t[col] = default

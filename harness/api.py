@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import sys
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -44,7 +45,7 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
             plugins: Sequence[str | os.PathLike] = (), budget: int = 2000, samples: int | None = None,
             seed: int = 0, targeted: bool = False, metamorphic: bool = False, steps_scale: float = 1.0,
             batch_size: int = 0, device: str = "auto", workers: int | None = None, timeout_s: float = 900.0,
-            out: str | os.PathLike | None = None, progress: bool = True) -> "Result":
+            out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None) -> "Result":
     """Run every matching attack implementation on ``model`` and say which ones to trust.
 
     Parameters
@@ -55,7 +56,8 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         class defined in the notebook works). A model that does not pickle is attacked in this
         process, and restored afterwards (training flags, ``requires_grad``, device).
     inputs : Tensor or ndarray, shape (N, C, H, W)
-        Floating point, finite, in [0, 1].
+        Floating point, finite, in [0, 1]; float64 or float16 is cast to the model's float32 (a
+        note in ``Result.notes`` says so).
     labels : Tensor or ndarray, shape (N,)
         Integer classes in [0, K).
     families, norms, libraries, attacks : str or sequence of str, optional
@@ -87,20 +89,26 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         The run directory (created; the same ``out`` resumes). None: a new temporary directory.
     progress : bool
         Show the job progress bar.
+    retry : str, optional
+        ``"crashed"``: the jobs of ``out`` that crashed run again. Jobs whose worker failed before
+        the attack started (``harness_error``) always do.
 
     Returns
     -------
     Result
-        ``Result.execution`` says whether the jobs ran isolated or in this process, and why.
+        ``Result.execution`` says whether the jobs ran isolated or in this process, and why;
+        ``Result.notes`` what was changed or left out (inputs cast, training mode, names).
 
     Raises
     ------
     ValueError
         One line naming the argument that is wrong.
+    attackaudit.run.faults.HarnessFault
+        Every job failed before its attack started, the same way (one line: the cause and the fix).
     """
-    from attackaudit.sources.user_model import hand_over, save_data
+    from attackaudit.sources.user_model import checked_inputs, hand_over, save_data
 
-    x, y = _checked_data(model, inputs, labels)
+    x, y, notes = checked_inputs(model, inputs, labels)
     samples, workers = _checked_scalars(len(y), samples=samples, budget=budget, seed=seed, batch_size=batch_size,
                                         workers=workers, steps_scale=steps_scale, timeout_s=timeout_s,
                                         targeted=targeted, metamorphic=metamorphic, progress=progress)
@@ -108,14 +116,16 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     plugin_paths = _plugin_paths(plugins)
     if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if retry not in (None, "crashed"):
+        raise ValueError(f"retry must be None or 'crashed', got {retry!r}")
     run_dir = _run_dir(out)
     dataset = save_data(run_dir, x, y)
     handoff = hand_over(model, run_dir, isolate=workers > 0)
     flags = {"out": str(run_dir), "models": [handoff.source], "dataset": dataset, **names, "plugins": plugin_paths,
              "budget": budget, "samples": samples, "seed": seed, "targeted": targeted, "metamorphic": metamorphic,
              "steps_scale": float(steps_scale), "batch_size": batch_size, "device": device,
-             "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress}
-    _run_grid(model, handoff, flags, run_dir)
+             "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress, "retry": retry or ""}
+    _run_grid(model, handoff, flags, run_dir, notes)
     return Result(run_dir)
 
 
@@ -140,6 +150,12 @@ class Result:
         The run directory (an ordinary one: ``attackaudit report run_dir`` works on it).
     execution : str
         How the jobs ran: isolated in worker processes, or in-process and why.
+    notes : list of str
+        What ``compare`` changed or left out, one line each (inputs cast to float32, a model in
+        training mode attacked in eval mode, a filter that named no attack).
+
+    Verdicts and notes name ``compare()``'s arguments ("rerun with samples=12"), not the command
+    line's flags (``attackaudit.reports.wording``).
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
@@ -147,6 +163,7 @@ class Result:
         note = _read_json(self.run_dir / NOTEBOOK_FILE)
         self.execution: str = note.get("execution", "by `attackaudit run` (each job in a worker process)")
         self.model_name: str = note.get("model", "")
+        self.notes: list[str] = list(note.get("notes", []))
 
     @cached_property
     def rows(self) -> pd.DataFrame:
@@ -170,12 +187,24 @@ class Result:
     @property
     def flags(self) -> pd.DataFrame:
         """One row per finding: ``model, library, attack, family, norm, flag, evidence``."""
-        return self.data.flags
+        from attackaudit.reports.wording import speak
+
+        flags = self.data.flags
+        if "evidence" not in flags.columns:
+            return flags
+        return flags.assign(evidence=[speak(v, "api") if isinstance(v, str) else v for v in flags["evidence"]])
 
     @property
     def recommendation(self) -> pd.DataFrame:
-        """The trust verdict of every family and norm (``fidelity.recommend``'s rows)."""
-        return self.data.recommend
+        """The trust verdict of every family and norm (``fidelity.recommend``'s rows), its text in
+        ``compare()``'s words."""
+        from attackaudit.reports.wording import speak
+
+        rec = self.data.recommend.copy()
+        for col in ("summary", "note"):
+            if col in rec.columns:
+                rec[col] = [speak(v, "api") if isinstance(v, str) else v for v in rec[col]]
+        return rec
 
     def trust(self, family: str, norm: str) -> dict[str, Any]:
         """The trust verdict for ``family`` under ``norm``: the row of ``recommendation``.
@@ -226,14 +255,20 @@ class Result:
         """Write ``attackaudit report``'s files (tables, ``report.md|html|json``) into ``path``
         (default: the run directory); returns ``{file name: path}``."""
         from attackaudit.reports import write_report_data
+        from attackaudit.reports.wording import speak_document
 
-        return write_report_data(self.data, Path(path) if path is not None else self.run_dir, formats)
+        written = write_report_data(self.data, Path(path) if path is not None else self.run_dir, formats)
+        for name in ("report.md", "report.html", "report.json"):  # the reader called compare(), not the CLI
+            if name in written:
+                written[name].write_text(speak_document(written[name].read_text(), "api"))
+        return written
 
     def _repr_html_(self) -> str:
         """The first-screen answer in Jupyter: per family and norm, the verdict and whom to trust."""
         rec = self.recommendation
         head = (f"<p><b>attackaudit</b> · {html.escape(str(self.run_dir))} · {len(self.rows)} rows · "
-                f"{html.escape(self.execution)}</p>")
+                f"{html.escape(self.execution)}</p>"
+                + "".join(f"<p>note: {html.escape(n)}</p>" for n in self.notes))
         if rec.empty:
             return head + "<p>No implementation produced results.</p>"
         body = "".join(
@@ -303,13 +338,24 @@ def _run_dir(out: str | os.PathLike | None) -> Path:
     return run_dir
 
 
-def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run_dir: Path) -> None:
+def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run_dir: Path,
+              notes: list[str]) -> None:
     """Resolve ``flags`` into the run's config, run its jobs (isolated in workers, or in this
-    process when the model could not be handed over) and write NOTEBOOK_FILE: how they ran."""
+    process when the model could not be handed over) and write NOTEBOOK_FILE: how they ran, and
+    ``notes`` with the run's own (each also printed on stderr), in ``compare()``'s words."""
+    from attackaudit.reports.wording import speak
     from attackaudit.run.config import ConfigError, resolve
     from attackaudit.run.executors import InProcessExecutor
+    from attackaudit.run.faults import HarnessFault
     from attackaudit.run.runner import run
     from attackaudit.sources.user_model import registered
+
+    def say(note: str) -> None:
+        notes.append(speak(note, "api"))
+        print(f"attackaudit: note: {notes[-1]}", file=sys.stderr)
+
+    for note in list(notes):
+        print(f"attackaudit: note: {note}", file=sys.stderr)
 
     execution = (f"isolated: each job in one of {flags['workers']} worker processes, each with its own copy of the "
                  f"model" if handoff.isolated else
@@ -318,69 +364,26 @@ def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run
     try:
         config = resolve(None, flags)
         with registered(model, handoff):
-            summary = run(config, executor=None if handoff.isolated else InProcessExecutor())
+            summary = run(config, executor=None if handoff.isolated else InProcessExecutor(), say=say)
     except ConfigError as exc:
         message = str(exc)
         if "holds a run with a different config" in message:  # another model, data or grid in ``out``
             raise ValueError(f"out: {message.split(';')[0]}; pass another out") from None
-        raise ValueError(message.replace("--", "")) from None
+        raise ValueError(speak(message, "api")) from None
+    except HarnessFault as exc:  # nothing ran: say why, in the caller's words, with the way around it
+        message = speak(str(exc), "api")
+        if handoff.isolated:  # in-process jobs re-import nothing
+            head, _, where = message.rpartition(" (the traceback: ")
+            message = f"{head or message}, or pass workers=0 to run the jobs in this process" + (
+                f" (the traceback: {where}" if head else "")
+        raise HarnessFault(message) from None
     note = {"execution": execution, "isolated": handoff.isolated, "model": type(model).__qualname__,
-            "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line()}
+            "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line(),
+            "notes": notes}
     atomic_write_bytes(run_dir / NOTEBOOK_FILE, (json.dumps(note, indent=2) + "\n").encode())
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _checked_data(model: object, inputs: object, labels: object) -> tuple["Tensor", "Tensor"]:
-    """(inputs as N×C×H×W float32, labels as N int64), both on the CPU, or ValueError naming the
-    argument; one forward of one sample (no gradient, eval mode, uncounted) gives the class count."""
-    import torch
-    from torch import nn
-
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    x = _as_tensor("inputs", inputs)
-    y = _as_tensor("labels", labels)
-    if x.dim() != 4 or len(x) == 0:
-        raise ValueError(f"inputs must be N×C×H×W with N ≥ 1, got shape {tuple(x.shape)}; reshape inside the "
-                         "model if it wants another layout")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"inputs must be floating point in [0, 1], got {x.dtype} (divide uint8 images by 255)")
-    if not torch.isfinite(x).all() or float(x.min()) < 0 or float(x.max()) > 1:
-        raise ValueError(f"inputs must be finite and in [0, 1], got values in [{float(x.min()):.4g}, "
-                         f"{float(x.max()):.4g}]")
-    if y.dim() != 1 or len(y) != len(x) or y.dtype.is_floating_point or y.dtype == torch.bool:
-        raise ValueError(f"labels must be {len(x)} integers (one per input), got {y.dtype} of shape {tuple(y.shape)}")
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    modes = {m: m.training for m in model.modules()}
-    try:
-        with torch.no_grad():
-            logits = model.eval()(x[:1].to(device))
-    except Exception as exc:
-        raise ValueError(f"model failed on inputs[:1] of shape {tuple(x[:1].shape)}: {type(exc).__name__}: {exc}")
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape[1] < 2:
-        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise ValueError(f"model must return 1×K logits (K ≥ 2 classes) for one input, got {shape}")
-    if int(y.min()) < 0 or int(y.max()) >= logits.shape[1]:
-        raise ValueError(f"labels must lie in [0, {logits.shape[1]}) (the model has {logits.shape[1]} outputs), "
-                         f"got [{int(y.min())}, {int(y.max())}]")
-    return x.detach().cpu().to(torch.float32).contiguous(), y.detach().cpu().to(torch.int64).contiguous()
-
-
-def _as_tensor(name: str, value: object) -> "Tensor":
-    import torch
-
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise ValueError(f"{name} must be a numeric array, got dtype object")
-        return torch.from_numpy(np.ascontiguousarray(value))
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
-    return value
-
-
 def _check_int(name: str, value: object, low: int, high: int | None = None, what_high: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
             high is not None and value > high):

@@ -119,7 +119,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 # -- run -----------------------------------------------------------------------------------
 def _run_flags(args: argparse.Namespace) -> dict:
     flags = grid_flags(args, GRID_VALUES + ["out", "preset", "libraries", "executor", "scheduler", "batch_size",
-                                            "memory_limit_mb", "dataset", "model_dir", "threat_model", "repeat"],
+                                            "memory_limit_mb", "dataset", "model_dir", "threat_model", "repeat",
+                                            "retry"],
                        GRID_SWITCHES + ["metamorphic", "force", "strict", "allow_download", "trust_checkpoint"])
     flags["plugins"] = args.plugin
     return flags
@@ -130,6 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attackaudit.sources.datasets import DataSourceError
     from attackaudit.sources.model_checks import ModelCheckError
     from attackaudit.sources.models import ModelSourceError
+    from attackaudit.run.faults import HarnessFault
     from attackaudit.run.runner import run
     from attackaudit.results.store import RunDirError
 
@@ -137,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         toml = load_toml(args.config) if args.config else None
         config = resolve(toml, _run_flags(args))
         summary = run(config)
-    except (ConfigError, RunDirError, DataSourceError, ModelSourceError, ModelCheckError) as exc:
+    except (ConfigError, RunDirError, DataSourceError, ModelSourceError, ModelCheckError, HarnessFault) as exc:
         raise UsageError(str(exc)) from None
     print(summary.line(), file=sys.stderr if config.quiet else sys.stdout)
     print(f"results: {summary.run_dir} (attackaudit.load_run({str(summary.run_dir)!r}))")
@@ -188,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-limit-mb", dest="memory_limit_mb", type=int)
     p.add_argument("--plugin", action="append", help="a .py file defining specs() (repeatable)")
     p.add_argument("--force", action="store_true", help="run a changed config in an existing run directory")
+    p.add_argument("--retry", choices=["crashed"], help="crashed: also run again the finished jobs that crashed "
+                                                         "(jobs whose worker failed before the attack always run again)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
     p.set_defaults(func=cmd_run)
 

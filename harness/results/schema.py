@@ -20,9 +20,14 @@ ROW_COLUMNS = [
 
 #: a row's ``status``: ``unsupported`` means attackaudit's adapter cannot call this release of the
 #: library the way the job needs (``adapters/release.py`` ``Unsupported``): our limitation, shown
-#: apart from the library's crashes and never counted as one, nor as the attack's disappearance
-STATUSES = ("ok", "crash", "timeout", "invalid", "unsupported")
+#: apart from the library's crashes and never counted as one, nor as the attack's disappearance.
+#: ``harness_error``: the job's worker failed before the attack started (it could not start, import
+#: the spec, unpickle or load the model, read the data): our fault or the caller's set-up, never the
+#: library's; such rows carry no result, are left out of every analysis, and the job runs again on
+#: the next call of the same run
+STATUSES = ("ok", "crash", "timeout", "invalid", "unsupported", "harness_error")
 UNSUPPORTED = "unsupported"
+HARNESS_ERROR = "harness_error"
 
 #: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
 #: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it

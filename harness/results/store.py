@@ -80,6 +80,14 @@ def job_is_complete(run_dir: Path, job_id: str) -> bool:
         return False
 
 
+def job_statuses(run_dir: Path, job_id: str) -> set[str]:
+    """The statuses of a complete job's rows (empty when its file is missing or unreadable)."""
+    try:
+        return set(pq.read_table(job_path(run_dir, job_id), columns=["status"]).column(0).to_pylist())
+    except Exception:
+        return set()
+
+
 def read_manifest(run_dir: Path) -> dict | None:
     path = Path(run_dir) / "manifest.json"
     if not path.exists():

@@ -26,7 +26,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 #: fields that do not change results: they may differ between a run and its resumption
 NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
                      "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
-                     "repeat"}  # the repeat is a second run beside the first: adding it resumes the first
+                     "repeat",  # the repeat is a second run beside the first: adding it resumes the first
+                     "retry"}
 
 
 class ConfigError(ValueError):
@@ -71,6 +72,7 @@ class RunConfig:
     quiet: bool = False
     force: bool = False
     strict: bool = False
+    retry: str = ""  # "crashed": finished jobs that crashed run again (runner.RETRY_STATUSES)
 
     @property
     def name(self) -> str:
@@ -165,6 +167,8 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"--workers must be positive, got {config.workers}")
     if config.repeat not in (1, 2):
         raise ConfigError(f"--repeat must be 1 or 2 (a second seeded run to compare with), got {config.repeat}")
+    if config.retry not in ("", "crashed"):
+        raise ConfigError(f"--retry {config.retry!r} is not one of: crashed")
     if config.steps_scale <= 0:
         raise ConfigError(f"steps_scale must be positive, got {config.steps_scale}")
     for plugin in config.plugins:

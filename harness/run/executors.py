@@ -2,13 +2,17 @@
 
 Either way a job is a pure function of its ``Job`` that writes its own result file, so no
 coordination is needed; what the executor adds is turning a worker's death, a hang past the
-timeout or a memory blow-up into ``crash``/``timeout`` rows, and never stopping the grid.
+timeout or a memory blow-up into ``crash``/``timeout`` rows, and never stopping the grid. A worker
+that dies before the job's attack started (it could not start, or load the job's model) gives
+``harness_error`` rows instead (``harness/run/faults.py``): ours, never the library's crash. Only
+when worker after worker dies while starting does the grid stop, with ``HarnessFault``.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -17,7 +21,9 @@ from typing import Callable, Iterable, Protocol
 
 import psutil
 
+from attackaudit.run.faults import HarnessFault, fault_line
 from attackaudit.run.job import Job, failure_rows
+from attackaudit.results.schema import HARNESS_ERROR
 from attackaudit.results.store import logs_dir, write_job
 
 OnDone = Callable[[Job, dict], None]
@@ -40,8 +46,9 @@ class Limits:
     memory_limit_mb: int = 8192
 
 
-def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict[str, str]:
-    """Write ``status`` rows for a job whose worker produced nothing, and log the cause."""
+def record_failure(job: Job, run_dir: Path, status: str, error: str, detail: str = "") -> dict[str, str]:
+    """Write ``status`` rows for a job whose worker produced nothing, and log the cause (and
+    ``detail``, e.g. the dead worker's own traceback)."""
     from attackaudit.results.store import job_is_complete
     from attackaudit.run.worker import job_subset, resolve_spec
 
@@ -52,7 +59,7 @@ def record_failure(job: Job, run_dir: Path, status: str, error: str) -> dict[str
     log = logs_dir(run_dir) / f"{job.job_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as fh:
-        fh.write(f"{status}: {error}\n")
+        fh.write(f"{status}: {error}\n" + (f"{detail.rstrip()}\n" if detail.strip() else ""))
     write_job(run_dir, job.job_id, failure_rows(job, subset, status, error, spec, version))
     return {"job_id": job.job_id, "status": status, "error": error}
 
@@ -68,16 +75,47 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-class _Worker:
-    """One persistent child process running ``worker_loop``; restarted after it dies."""
+def _read_tail(path: Path | None, limit: int = 20_000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:] if path is not None else ""
+    except OSError:
+        return ""
 
-    def __init__(self, ctx, threads: int) -> None:
+
+def _start_with_stderr(proc: mp.process.BaseProcess, path: Path | None) -> None:
+    """Start ``proc`` with its stderr (fd 2) in ``path``: a spawned child that dies before it runs
+    any of our code (re-importing the caller's ``__main__``) leaves its traceback there, for the
+    job's log, instead of in the caller's terminal. fd 2 of this process points at the file only for
+    the moment of the spawn."""
+    if path is None:
+        proc.start()
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(fh.fileno(), 2)
+            proc.start()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+class _Worker:
+    """One persistent child process running ``worker_loop``; restarted after it dies. Its stderr
+    outside a job goes to ``stderr_log`` (a job's own goes to that job's log)."""
+
+    def __init__(self, ctx, threads: int, stderr_log: Path | None = None) -> None:
         from attackaudit.run.worker import worker_loop
 
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_loop, args=(child, threads), daemon=True)
-        self.proc.start()
+        self.stderr_log = stderr_log
+        _start_with_stderr(self.proc, stderr_log)
         child.close()
+        self.ready = False       # its imports are done ("ready" received)
+        self.attacking = False   # the running job's attack has started (its first progress message)
         self.job: Job | None = None
         self.last_spec = ""
         self.specs: set[str] = set()  # the attacks this worker has run (paid their one-off costs)
@@ -86,6 +124,7 @@ class _Worker:
 
     def submit(self, job: Job, run_dir: Path) -> None:
         self.job, self.started, self.last_spec = job, time.monotonic(), job.spec_key
+        self.attacking = False
         self.specs.add(job.spec_key)
         self.conn.send((job, str(run_dir)))
 
@@ -150,8 +189,9 @@ class LocalExecutor:
         pool = self._pool
         pool[:] = [w for w in pool if w.proc.is_alive()]
         while len(pool) < min(self.workers, len(queue)):
-            pool.append(_Worker(self.ctx, self.threads))
+            pool.append(_Worker(self.ctx, self.threads, _stderr_log(run_dir, len(pool))))
         last_check = time.monotonic()
+        start_deaths = 0  # workers in a row that died before they were ready
         try:
             while queue or any(w.job for w in pool):
                 for w in pool:
@@ -173,9 +213,13 @@ class LocalExecutor:
                         continue
                     job, w.job = w.job, None
                     on_done(job, result)
+                    start_deaths = 0 if w.ready else start_deaths + 1
+                    if start_deaths >= max(2, self.workers):  # no worker can start: no job can run
+                        raise HarnessFault(f"{result.get('error', '')} (so did every worker; the traceback: "
+                                           f"{logs_dir(run_dir) / job.job_id}.log)")
                     if result.get("restart"):
                         w.kill()
-                        pool[i] = _Worker(self.ctx, self.threads)
+                        pool[i] = _Worker(self.ctx, self.threads, w.stderr_log)
                         pool[i].specs = w.specs  # its one-off costs are lost, but not its claim
         finally:
             if not self.keep_alive:
@@ -197,14 +241,15 @@ class LocalExecutor:
                 # a job sent to a starting worker is timed from the end of its imports, so a
                 # restart after a crash does not eat into the next job's --timeout
                 w.started = time.monotonic()
+                w.ready = True
                 continue
             if "progress" not in message:
                 return message
+            w.attacking = True
             progress(*message["progress"])
         if not w.proc.is_alive():
             w.proc.join(1)
-            cause = f"worker died ({_signal_name(w.proc.exitcode)})"
-            return record_failure(w.job, run_dir, "crash", cause) | {"restart": True}
+            return _death(w, run_dir) | {"restart": True}
         if not check_limits:
             return None
         elapsed = time.monotonic() - w.started
@@ -220,6 +265,26 @@ class LocalExecutor:
         return None
 
 
+def _stderr_log(run_dir: Path, slot: int) -> Path:
+    """Where worker ``slot``'s stderr outside its jobs goes (what a worker prints while starting)."""
+    return logs_dir(run_dir) / "workers" / f"worker-{slot}.stderr"
+
+
+def _death(w: _Worker, run_dir: Path) -> dict[str, str]:
+    """The rows of a job whose worker died: ``crash`` once its attack had started (the library's,
+    e.g. a segfault), else ``harness_error`` with the worker's own traceback in the job's log."""
+    how = _signal_name(w.proc.exitcode)
+    if w.attacking:
+        return record_failure(w.job, run_dir, "crash", f"worker died ({how})")
+    if not w.ready:  # it never ran our code: its traceback is in the worker's stderr log
+        detail = _read_tail(w.stderr_log)
+        error = fault_line(f"worker died before its job started ({how})", detail)
+    else:  # it died loading the job (a faulthandler traceback, if any, is in the job's stderr)
+        detail = _read_tail(logs_dir(run_dir) / f"{w.job.job_id}.stderr")
+        error = fault_line(f"worker died before the attack started ({how})", detail)
+    return record_failure(w.job, run_dir, HARNESS_ERROR, error, detail)
+
+
 class InProcessExecutor:
     """Jobs one after another in this process: no isolation, time or memory limit (an attack's
     exception still becomes rows; a segfault ends the caller). For a model that cannot be sent to
@@ -227,13 +292,13 @@ class InProcessExecutor:
 
     def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
             on_progress: OnProgress | None = None) -> None:
-        from attackaudit.run.worker import execute_job
+        from attackaudit.run.worker import execute_job_safely
 
         for job in jobs:
             def progress(done: int, total: int, used: float, job: Job = job) -> None:
                 if on_progress is not None:
                     on_progress(0, job, done, total, used)
-            on_done(job, execute_job(job, run_dir, progress))
+            on_done(job, execute_job_safely(job, run_dir, progress))
 
 
 _DASK_CHILD: LocalExecutor | None = None
@@ -242,9 +307,9 @@ _DASK_CHILD: LocalExecutor | None = None
 def _isolated_job(job: Job, run_dir: str, timeout_s: float, memory_limit_mb: int) -> dict:
     """A Dask task: the job in a one-shot child process, with the same limits as locally."""
     if mp.current_process().daemon:  # a daemonic Dask worker may not fork: run in-process
-        from attackaudit.run.worker import execute_job
+        from attackaudit.run.worker import execute_job_safely
 
-        return execute_job(job, run_dir)
+        return execute_job_safely(job, run_dir)
     global _DASK_CHILD
     if _DASK_CHILD is None or (_DASK_CHILD.limits.timeout_s, _DASK_CHILD.limits.memory_limit_mb) != (
             timeout_s, memory_limit_mb):
@@ -288,8 +353,9 @@ class DaskExecutor:
                 job = futures[future]
                 try:
                     result = future.result()
-                except Exception as exc:
-                    result = record_failure(job, run_dir, "crash", f"dask task failed: {type(exc).__name__}: {exc}")
+                except Exception as exc:  # the task machinery, not the attack (whose errors are rows)
+                    result = record_failure(job, run_dir, HARNESS_ERROR,
+                                            f"dask task failed: {type(exc).__name__}: {exc}")
                 on_done(job, result)
         finally:
             client.close()

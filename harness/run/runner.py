@@ -1,24 +1,29 @@
 """The grid: models × attack implementations (one per norm) on one hashed subset.
 
 ``plan`` resolves which jobs a config means; ``run`` executes the unfinished ones with an
-executor, so rerunning the same command resumes a killed run and re-executes only what is missing.
+executor, so rerunning the same command resumes a killed run and re-executes only what is missing,
+and the jobs whose worker failed before their attack started (``harness_error``: ours, not the
+library's); ``retry="crashed"`` (``--retry crashed``) also re-executes the jobs that crashed.
 """
 from __future__ import annotations
 
+import difflib
 import platform
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from tqdm import tqdm
 
 from attackaudit.run.config import ConfigError, RunConfig
 from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
+from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
-from attackaudit.results.store import ensure_writable, job_is_complete, read_manifest, repeat_dir, write_manifest
+from attackaudit.results.schema import HARNESS_ERROR
+from attackaudit.results.store import ensure_writable, job_statuses, logs_dir, read_manifest, repeat_dir, write_manifest
 from attackaudit.sources.twins import has_job, run_twin_models, twin_samples
 from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, twin_of
 
@@ -73,6 +78,22 @@ def _job(config: RunConfig, model: str, spec: AttackSpec, plugin_ref: str) -> Jo
                model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
                threat_model=config.threat_model, allow_download=config.allow_download,
                trust_checkpoint=config.trust_checkpoint)
+
+
+def _unmatched(entries: list, config: RunConfig) -> list[str]:
+    """Each ``--families``/``--attacks`` value that names no spec of the libraries asked for, with
+    the nearest names that do (a typo, ``apgdd``, is named, never silently matched by nothing)."""
+    specs = [s for e in entries if e.available and (config.libraries is None or e.library in config.libraries
+                                                    or e.plugin is not None) for s in e.specs]
+    known = {"--families": {s.family for s in specs},
+             "--attacks": {n for s in specs for n in (s.key, s.implementation, f"{s.library}/{s.name}")}}
+    out = []
+    for flag, values in (("--families", config.families), ("--attacks", config.attacks)):
+        for value in values or []:
+            if value not in known[flag]:
+                near = difflib.get_close_matches(value, sorted(known[flag]), n=3, cutoff=0.6)
+                out.append(f"{flag} {value!r} names no attack" + (f" (nearest: {', '.join(near)})" if near else ""))
+    return out
 
 
 def _matches(spec: AttackSpec, config: RunConfig) -> bool:
@@ -132,12 +153,13 @@ def plan(config: RunConfig) -> Plan:
             plugin_ref = entry.plugin.ref if entry.plugin else ""
             jobs += [_job(config, model, spec, plugin_ref) for model in models
                      if has_job(model, spec)]  # a seed twin: randomised specs only
+    unmatched = _unmatched(entries, config)
     if not jobs and not unavailable:
-        raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack; "
-                          "`attackaudit attacks` lists the catalogue")
+        raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack"
+                          + (f": {'; '.join(unmatched)}" if unmatched else "") + "; `attackaudit attacks` lists the catalogue")
     fingerprints = {e.plugin.path: e.plugin.fingerprint for e in entries if e.plugin is not None}
     notes = [f"--plugin {path}: {len(keys)} attack{'s' * (len(keys) > 1)} {why}: {', '.join(keys)}"
-             for (path, why), keys in left_out.items()]
+             for (path, why), keys in left_out.items()] + unmatched
     return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset, notes, fingerprints)
 
 
@@ -154,6 +176,8 @@ class RunSummary:
         return (f"{self.total} jobs: {c.get('ok', 0)} ok, {c.get('crash', 0)} crashed, "
                 f"{c.get('timeout', 0)} timed out, {c.get('invalid', 0)} invalid"
                 + (f", {c['unsupported']} unsupported by this release (ours, not the library's)" if c.get("unsupported") else "")
+                + (f", {c[HARNESS_ERROR]} could not start (harness errors, ours: the next call runs them again; "
+                   f"the cause in {self.run_dir}/logs)" if c.get(HARNESS_ERROR) else "")
                 + " "
                 f"({self.executed} run now, {self.total - self.executed} already done) "
                 f"in {self.wall_s:.1f} s -> {self.run_dir}")
@@ -168,13 +192,19 @@ def run_identity(config: RunConfig, p: Plan) -> dict[str, object]:
     return identity
 
 
-def check_resumable(run_dir: Path, config: RunConfig, current: dict[str, object] | None = None) -> None:
+def check_resumable(run_dir: Path, config: RunConfig, current: dict[str, object] | None = None) -> bool:
+    """Whether ``config`` may run in ``run_dir``'s directory: True when its previous run had
+    another config but no result to protect (every job a ``harness_error``: e.g. a script first fed
+    on standard input, whose model fingerprint could not read the class's source), so its jobs are
+    to be superseded; False when nothing changed (or ``--force``); ConfigError otherwise."""
     manifest = read_manifest(run_dir)
     if manifest is None or config.force:
-        return
+        return False
     previous = manifest.get("config", {})
     current = config.result_config() if current is None else current
     changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
+    if changed and not any(job_statuses(run_dir, j) - {HARNESS_ERROR} for j in manifest.get("jobs", [])):
+        return True
     if changed:
         raise ConfigError(f"{run_dir} holds a run with a different config ({', '.join(changed)}); "
                           "use another --out, or --force to run this config there")
@@ -201,21 +231,26 @@ def supersede(run_dir: Path, current: set[str]) -> None:
             path.replace(run_dir / "superseded" / path.name)
 
 
-def run(config: RunConfig, executor: Executor | None = None) -> RunSummary:
+def _say_on_stderr(note: str) -> None:
+    print(f"attackaudit: note: {note}", file=sys.stderr)
+
+
+def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str], None] = _say_on_stderr) -> RunSummary:
     """Run (or resume) the grid of ``config`` in this interpreter; returns the summary. (A release
     audit runs a whole grid under a release's interpreter with ``audit_env.run_under``.)
     ``executor``: one with ``LocalExecutor.run``'s signature instead of ``config.executor``'s
-    (``attackaudit.compare`` passes an ``InProcessExecutor`` for a model that does not pickle)."""
+    (``attackaudit.compare`` passes an ``InProcessExecutor`` for a model that does not pickle);
+    ``say``: where the plan's notes go (stderr; ``compare`` words them for its caller).
+    Raises ``HarnessFault`` when every job run now failed before its attack started."""
     start = time.perf_counter()
     run_dir = Path(config.out)
     ensure_writable(run_dir)
     p = plan(config)
     identity = run_identity(config, p)
-    check_resumable(run_dir, config, identity)
-    if config.force:
+    if check_resumable(run_dir, config, identity) or config.force:
         supersede(run_dir, {j.job_id for j in p.jobs})
     for note in p.notes:
-        print(f"attackaudit: note: {note}", file=sys.stderr)
+        say(note)
     from attackaudit.sources.model_checks import check_models
 
     model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
@@ -230,9 +265,9 @@ def run(config: RunConfig, executor: Executor | None = None) -> RunSummary:
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
         "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat,
     })
-    pending = [j for j in p.jobs if not job_is_complete(run_dir, j.job_id)]
+    pending = [j for j in p.jobs if _to_run(run_dir, j, config.retry)]
     again = repeat_jobs(config, p.jobs)
-    again_pending = [j for j in again if not job_is_complete(repeat_dir(run_dir), j.job_id)]
+    again_pending = [j for j in again if _to_run(repeat_dir(run_dir), j, config.retry)]
     limits = Limits(config.timeout_s, config.memory_limit_mb)
     if executor is None:
         executor = (DaskExecutor(config.scheduler, config.workers, limits) if config.executor == "dask"
@@ -241,7 +276,10 @@ def run(config: RunConfig, executor: Executor | None = None) -> RunSummary:
                disable=config.quiet,
                desc="jobs", unit="job", dynamic_ncols=True)
 
+    results: list[dict[str, str]] = []
+
     def on_done(job: Job, result: dict[str, str]) -> None:
+        results.append(result)
         bar.update(1)
         bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
 
@@ -253,6 +291,10 @@ def run(config: RunConfig, executor: Executor | None = None) -> RunSummary:
     finally:
         sample_bars.close()
         bar.close()
+    if (fault := all_alike(results)):  # nothing ran: a report would say nothing, the cause must be said
+        example = next(r["job_id"] for r in results if r.get("error") == fault)
+        raise HarnessFault(f"every job failed before its attack started: {fault} (the traceback: "
+                           f"{logs_dir(run_dir) / example}.log)")
     return RunSummary(run_dir, len(p.jobs), len(pending), _status_counts(run_dir, p.jobs),
                       time.perf_counter() - start)
 
@@ -287,6 +329,18 @@ class SampleBars:
             bar.close()
 
 
+#: ``retry`` values: which finished jobs run again (a ``harness_error`` job always does)
+RETRY_STATUSES = {"": set(), "crashed": {"crash"}}
+
+
+def _to_run(run_dir: Path, job: Job, retry: str = "") -> bool:
+    """Whether ``job`` runs in this call: it has no complete result file, or its rows are a
+    ``harness_error`` (its worker failed before the attack started), or ``retry`` asks again for its
+    status (``RETRY_STATUSES``)."""
+    statuses = job_statuses(run_dir, job.job_id)  # empty: no complete, readable result file
+    return not statuses or bool(statuses & ({HARNESS_ERROR} | RETRY_STATUSES[retry]))
+
+
 def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:
     import pandas as pd
 
@@ -298,6 +352,7 @@ def _status_counts(run_dir: Path, jobs: list[Job]) -> dict[str, int]:
             statuses = set(pd.read_parquet(job_path(run_dir, job.job_id), columns=["status"])["status"])
         except Exception:
             statuses = {"missing"}
-        status = next((s for s in ("timeout", "crash", "invalid", "unsupported", "missing") if s in statuses), "ok")
+        status = next((s for s in (HARNESS_ERROR, "timeout", "crash", "invalid", "unsupported", "missing")
+                       if s in statuses), "ok")
         counts[status] = counts.get(status, 0) + 1
     return counts

@@ -20,7 +20,9 @@ from torch import Tensor
 import attackaudit.sources.twins as twins
 from attackaudit.adapters import AttackSpec, LibraryEntry, PluginError, SpecError, SpecSource
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
+from attackaudit.run.faults import fix_for
 from attackaudit.run.job import Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
+from attackaudit.results.schema import HARNESS_ERROR
 from attackaudit.results.store import job_path, logs_dir, write_job
 
 if TYPE_CHECKING:
@@ -102,7 +104,10 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
     """Run one job and write ``jobs/<job_id>.parquet``; returns {job_id, status, counts}.
 
     Never raises for an attack's failure: that becomes rows. Raises only when the rows cannot be
-    written at all. ``progress``: see ``job_rows``.
+    written at all. ``progress``: see ``job_rows``; it is called once with (0, samples, 0.0) when the
+    attack is about to start, so an executor can tell a death before it (``harness_error``, ours)
+    from one during it (``crash``). A failure before the attack (the spec's module does not import,
+    the model does not load or run on the data) is ``harness_error``, with its traceback in the log.
     """
     run_dir = Path(run_dir)
     log_path = logs_dir(run_dir) / f"{job.job_id}.log"
@@ -110,25 +115,50 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
     subset = job_subset(job.dataset, job.samples, job.seed)
     with open(log_path, "w") as log:
         spec, version, error = resolve_spec(job)
-        if spec is None:
-            log.write(error + "\n")
-            rows = failure_rows(job, subset, "crash", error, library_version=version)
+        if spec is None:  # the spec's source did not load here: not the library's crash
+            log.write(f"{HARNESS_ERROR}: {error}\n")
+            rows = failure_rows(job, subset, HARNESS_ERROR, error, library_version=version)
         else:
             try:
                 model = load_job_model(job)
                 clean = _clean_logits(job, model, subset)
-                rows = job_rows(job, spec, version, model, subset, job_criterion(job, subset, clean.shape[1]), log,
-                                progress, clean)
-            except Exception as exc:  # harness-side failure (model load, ...): still rows, with the cause
-                log.write(traceback.format_exc())
-                rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)
+                criterion = job_criterion(job, subset, clean.shape[1])
+            except Exception as exc:  # before the attack (model load, its clean pass): ours, not the library's
+                trace = traceback.format_exc()
+                log.write(f"{HARNESS_ERROR}: before the attack started\n{trace}")
+                fix = fix_for(trace)
+                rows = failure_rows(job, subset, HARNESS_ERROR, one_line(exc) + (f"; {fix}" if fix else ""), spec,
+                                    version)
+            else:
+                if progress is not None:
+                    progress(0, len(subset.labels), 0.0)  # the attack starts now
+                try:
+                    rows = job_rows(job, spec, version, model, subset, criterion, log, progress, clean)
+                except Exception as exc:  # outside an attack call, yet during the job: rows, with the cause
+                    log.write(traceback.format_exc())
+                    rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)
     write_job(run_dir, job.job_id, rows)
-    return {"job_id": job.job_id, "status": _job_status(rows), "path": str(job_path(run_dir, job.job_id))}
+    status = _job_status(rows)
+    error = next((str(e) for e in rows.loc[rows["status"] == status, "error"] if e), "")
+    return {"job_id": job.job_id, "status": status, "error": error, "path": str(job_path(run_dir, job.job_id))}
+
+
+def execute_job_safely(job: Job, run_dir: str | Path, progress: JobProgress | None = None) -> dict[str, str]:
+    """``execute_job``, and when even that raises (the data does not load, the rows cannot be
+    written) a ``harness_error`` result without rows, its traceback in the job's log: the job is
+    not complete, so the next call of the run runs it again."""
+    try:
+        return execute_job(job, run_dir, progress)
+    except Exception as exc:
+        log_path = logs_dir(Path(run_dir)) / f"{job.job_id}.log"
+        with open(log_path, "a") as log:
+            log.write(f"{HARNESS_ERROR}: the job could not run\n{traceback.format_exc()}")
+        return {"job_id": job.job_id, "status": HARNESS_ERROR, "error": one_line(exc)}
 
 
 def _job_status(rows: pd.DataFrame) -> str:
     statuses = set(rows["status"])
-    for status in ("timeout", "crash", "invalid"):
+    for status in (HARNESS_ERROR, "timeout", "crash", "invalid"):
         if status in statuses:
             return status
     return "ok"
@@ -178,9 +208,7 @@ def worker_loop(conn: Connection, threads: int) -> None:
         with open(log_path, "w") as err:
             os.dup2(err.fileno(), 2)
             try:
-                result = execute_job(job, run_dir, _progress_sender(conn))
-            except Exception as exc:
-                result = {"job_id": job.job_id, "status": "error", "error": one_line(exc)}
+                result = execute_job_safely(job, run_dir, _progress_sender(conn))
             finally:
                 sys.stderr.flush()
                 os.dup2(stderr_fd, 2)

@@ -140,6 +140,103 @@ def load_saved(module_file: str | Path) -> nn.Module:
     return torch.load(saved, map_location="cpu", weights_only=False)
 
 
+#: layers whose output differs between training and eval mode, named in the training-mode note
+TRAINING_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase, nn.modules.instancenorm._InstanceNorm)
+
+
+def checked_inputs(model: object, inputs: object, labels: object) -> tuple[Tensor, Tensor, list[str]]:
+    """(inputs as N×C×H×W float32, labels as N int64, both on the CPU, notes for the caller) or
+    ValueError naming the argument, the first bad index and the fix. float64/float16 inputs are
+    cast to the model's float32 (a note says so); a model left in training mode is noted (the
+    attacks run it in eval mode). One forward of one sample (no gradient, eval mode, uncounted)
+    gives the class count; the model's modes are restored after it."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_weights(model)
+    notes: list[str] = []
+    x = _as_tensor("inputs", inputs)
+    y = _as_tensor("labels", labels)
+    if x.dim() != 4 or len(x) == 0:
+        hint = (" (one channel: pass inputs[:, None])" if x.dim() == 3 else "")
+        raise ValueError(f"inputs must be N×C×H×W with N ≥ 1, got shape {tuple(x.shape)}{hint}; reshape inside the "
+                         "model if it wants another layout")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"inputs must be floating point in [0, 1], got {x.dtype} (divide uint8 images by 255)")
+    _check_values(x)
+    if x.dtype != torch.float32:  # what `digits.images / 16` gives is float64
+        notes.append(f"inputs: {x.dtype} cast to the model's dtype, torch.float32")
+    if y.dim() != 1 or len(y) != len(x) or y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise ValueError(f"labels must be {len(x)} integers (one per input), got {y.dtype} of shape {tuple(y.shape)}")
+    x = x.detach().cpu().to(torch.float32).contiguous()
+    classes = _class_count(model, x[:1])
+    bad = ((y < 0) | (y >= classes)).nonzero()
+    if len(bad):
+        i = int(bad[0, 0])
+        raise ValueError(f"labels must lie in [0, {classes}) (the model has {classes} outputs), got "
+                         f"[{int(y.min())}, {int(y.max())}] (first: labels[{i}] = {int(y[i])})")
+    training = sorted({type(m).__name__ for m in model.modules() if m.training and isinstance(m, TRAINING_LAYERS)})
+    if training:  # a new nn.Module is in training mode: only layers that act differently make it matter
+        notes.append(f"model: it is in training mode ({', '.join(training)} act differently in eval mode); it is "
+                     "attacked in eval mode, as after model.eval(); your model is left as it is")
+    return x, y.detach().cpu().to(torch.int64).contiguous(), notes
+
+
+def _check_weights(model: nn.Module) -> None:
+    """ValueError naming the first parameter or buffer that has no values (the meta device) or is
+    not float32 (the harness attacks float32 models on float32 inputs)."""
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    meta = next((name for name, t in tensors if t.is_meta), None)
+    if meta is not None:
+        raise ValueError(f"model: {meta} is on the meta device (it has no values); load the weights first, e.g. "
+                         "model.to_empty(device='cpu') then model.load_state_dict(state)")
+    other = next(((name, t.dtype) for name, t in tensors if t.is_floating_point() and t.dtype != torch.float32), None)
+    if other is not None:
+        raise ValueError(f"model: {other[0]} is {other[1]}; attackaudit attacks float32 models: pass model.float()")
+
+
+def _check_values(x: Tensor) -> None:
+    """ValueError naming the first input value that is not finite or outside [0, 1]."""
+    bad = ~torch.isfinite(x) | (x < 0) | (x > 1)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        value = float(x[where])
+        index = ", ".join(str(i) for i in where)
+        fix = "" if not torch.isfinite(x[where]) else " (divide 0–255 images by 255)" if float(x.max()) > 1 else ""
+        raise ValueError(f"inputs must be finite and in [0, 1]: inputs[{index}] = {value:.4g}, the first of "
+                         f"{int(bad.sum())} such values{fix}")
+
+
+def _class_count(model: nn.Module, x1: Tensor) -> int:
+    """The class count the model's logits give for one input (1×C×H×W), in eval mode, the model's
+    modes restored; ValueError when it fails or does not return 1×K logits."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    modes = {m: m.training for m in model.modules()}
+    try:
+        with torch.no_grad():
+            logits = model.eval()(x1.to(device))
+    except Exception as exc:
+        raise ValueError(f"model failed on inputs[:1] of shape {tuple(x1.shape)}: {type(exc).__name__}: {exc}")
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape[1] < 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"model must return 1×K logits (K ≥ 2 classes) for one input, got {shape}")
+    return int(logits.shape[1])
+
+
+def _as_tensor(name: str, value: object) -> Tensor:
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise ValueError(f"{name} must be a numeric array, got dtype object")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
+    return value
+
+
 @contextmanager
 def registered(model: nn.Module, handoff: Handoff) -> Iterator[None]:
     """Keep ``model`` loadable in this process for an in-process run, and give it back as it was:
