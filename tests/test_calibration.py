@@ -12,14 +12,18 @@ repetitions; at 16 images the perm twin's power on its planted 40%/30% defect is
 randomised attack's batch dependence beside its seed twin is barely seen, so those two are
 checked where they are measured to work (64 images) or with a low floor.
 """
+import os
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from calibration import POWER, calibrate  # noqa: E402
+import real_nulls  # noqa: E402
+import real_noise  # noqa: E402
 
 ALPHA = 0.05
 #: a null cell at exactly α exceeds its tolerance with at most this chance
@@ -117,3 +121,87 @@ def test_shift_sensitivity_finds_its_defects_at_64_images():
     res = calibrate(20, [64], [1], only={"shift_sensitivity | shift35", "shift_sensitivity | rand40",
                                         "shift_sensitivity | sign", "shift_sensitivity | seeds"})
     _check(res, {("shift_sensitivity", "shift35"): 0.6, ("shift_sensitivity", "rand40"): 0.6})
+
+
+# ------------------------------------------------------------------ real noise (benchmarks/noise/corpus.parquet)
+#: the opt-in long run: every null at ``LONG_REPS`` repetitions per cell
+LONG = os.environ.get("ATTACKAUDIT_LONG_CALIBRATION") == "1"
+LONG_REPS = 200
+#: level of the one-sided exact test "the false-positive rate is above α"
+LONG_LEVEL = 0.05
+
+
+def above_alpha(fired: int, reps: int, level: float = LONG_LEVEL) -> bool:
+    """One-sided exact binomial test of H0 "false-positive rate ≤ α": P(X ≥ fired | reps, α) < level."""
+    return fired > 0 and sps.binom.sf(fired - 1, reps, ALPHA) < level
+
+
+def test_the_long_run_tells_alpha_from_twice_alpha():
+    """At ``LONG_REPS`` repetitions the exact test passes a rule at α with probability ≥ 1 − level
+    and fails one at 2α with probability ≥ 0.85 (16 or more of 200 fire: 0.044 at α, 0.857 at 2α)."""
+    k = next(k for k in range(LONG_REPS + 1) if above_alpha(k, LONG_REPS))
+    assert sps.binom.sf(k - 1, LONG_REPS, ALPHA) <= LONG_LEVEL
+    assert sps.binom.sf(k - 1, LONG_REPS, 2 * ALPHA) >= 0.85
+    assert not above_alpha(k - 1, LONG_REPS) and above_alpha(k, LONG_REPS)
+
+
+def _check_real(res, power_floors: dict[tuple[str, str], float] | None = None, level: float = LONG_LEVEL):
+    assert len(res), "no real-noise cell was run"
+    for r in res.itertuples(index=False):
+        if (r.rule, r.scenario) in real_nulls.POWER:
+            if power_floors and (r.rule, r.scenario) in power_floors:
+                assert r.rate >= power_floors[(r.rule, r.scenario)], r
+        else:
+            assert not above_alpha(r.fired, r.evaluated, level), r
+
+
+def test_real_corpus_is_there_and_measured():
+    """The stored corpus holds two seeds of randomised built-ins on three models, ≥ 64 images, and
+    its measurements are what the calibration's nulls are drawn from."""
+    c = real_noise.load()
+    assert set(real_noise.BASE_MODELS) <= set(c["base"]) and c["sample"].nunique() >= 64
+    m = real_noise.measure(c)
+    assert len(m["seed"]) >= 8 and (m["seed"]["both_broke"] > 0).all()
+    pools = real_nulls.pools()
+    assert pools["seed"] and pools["not_best_worst"] and pools["fixed"]
+
+
+def test_real_noise_fast_subset():
+    """Two repetitions of every real-noise group at 16 images on one model (``make test``): each
+    null may fire at most once (two of two has p = 0.0025 at α)."""
+    res = real_nulls.calibrate_real(2, [16], [1], power=False)
+    assert {"pair", "report"} <= {g for g, names in real_nulls.NAMES.items()
+                                  if any((r, s) in set(zip(res["rule"], res["scenario"])) for r, s in names.values())}
+    _check_real(res, level=0.01)
+
+
+def test_real_defect_last_iterate_is_found():
+    """The corpus's foolbox L1 PGD returns its last iterate (a traced last_not_best defect): flags
+    finds it on 64 real images; the worst sound fixed-ε attack beside it is left alone."""
+    from attackaudit.fidelity import flags
+    R, pools = real_nulls.resampler(), real_nulls.pools()
+    bad = ("foolbox/L1ProjectedGradientDescentAttack", "l1")
+    sound = pools["not_best_worst"]["fixed"]
+    jobs = [real_noise.Job(*bad, "digits-mlp"), real_noise.Job(*sound, "digits-mlp")]
+    images = R.common(jobs)[:64]
+    found = flags(pd.concat([R.rows(j, images) for j in jobs], ignore_index=True))
+    lnb = found[found["flag"] == "last_not_best"]
+    assert bad[0] in set(lnb["implementation"])
+    assert sound[0] not in set(lnb["implementation"])
+
+
+@pytest.mark.skipif(not LONG, reason="set ATTACKAUDIT_LONG_CALIBRATION=1 (about an hour of CPU)")
+@pytest.mark.parametrize("group", list(real_nulls.NAMES))
+def test_long_real_noise_nulls(group):
+    res = real_nulls.calibrate_real(LONG_REPS, [16, 64], [1, 3], groups=(group,))
+    _check_real(res, {("tied (equivalence)", "real seeds"): 0.3, ("trust exclusion", "real far20"): 0.8})
+
+
+@pytest.mark.skipif(not LONG, reason="set ATTACKAUDIT_LONG_CALIBRATION=1 (about an hour of CPU)")
+@pytest.mark.parametrize("models", [1, 3])
+def test_long_synthetic_nulls(models):
+    """Every synthetic null at ``LONG_REPS`` repetitions, 16 and 64 images."""
+    res = calibrate(LONG_REPS, [16, 64], [models])
+    res = res[[(r, s) not in POWER and s != "starved random" for r, s in zip(res["rule"], res["scenario"])]]
+    for r in res.itertuples(index=False):
+        assert not above_alpha(round(r.rate * r.reps), r.reps), r

@@ -1,0 +1,223 @@
+"""Real attack noise for the calibration: the stored corpus of ``benchmarks/noise_corpus.py``
+(``benchmarks/noise/corpus.parquet``), what it measures, and result tables resampled from it.
+
+A resampled table is built from real rows: ``n`` images drawn with replacement from the images
+every job involved ran on, the same images on every model (an image's rows on all models stay
+one block), renumbered ``0 … n−1`` so that a drawn-twice image is two samples. The rows keep what
+the harness recorded (best and returned distances, statuses, queries, the minimal-ε search's
+columns, labels), so the rules see heavy tails, failures, a hard model (``digits-cnn-at-linf``)
+and class-dependent difficulty as they are.
+
+``measure(corpus)`` gives the numbers behind the rules' null rates: per randomised attack the
+spread of its per-image log ratio between two seeds; per implementation the share of images whose
+returned output is worse than its best; per deterministic attack the images where one image per
+call differs from the batch; per attack the images the shift twin changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+CORPUS = Path(__file__).resolve().parent / "noise" / "corpus.parquet"
+BASE_MODELS = ("digits-mlp", "digits-cnn", "digits-cnn-at-linf")
+#: the hard model: adversarially trained, where the corpus's attacks fail most
+HARD_MODEL = "digits-cnn-at-linf"
+#: δ of the per-image comparison (5% relative), and the tolerances of the twin and flag rules
+DELTA = float(np.log(1.05))
+SPLIT_RTOL, SHIFT_RTOL, NOT_BEST_RTOL = 0.01, 0.05, 0.05
+#: one-sided level of the upper confidence bounds on measured rates
+UCB_LEVEL = 0.95
+
+#: implementations whose rows in the corpus are a known defect of that rule (fidelity/README.md:
+#: the demo's findings, traced), so they are never used as a null of it
+KNOWN_DEFECTS: dict[str, frozenset[tuple[str, str]]] = {
+    # returns its last iterate / a non-best point (README "Flags", last_not_best); foolbox's L2 PGD
+    # returns its last iterate as its L1 PGD does (this corpus: 46% of images at 0.25 of its steps,
+    # the demo's 3 of 16 at 0.5), which the README's demo left under the rule's threshold
+    "last_not_best": frozenset({("foolbox/EADAttack", "l1"), ("foolbox/L1ProjectedGradientDescentAttack", "l1"),
+                                ("foolbox/L2ProjectedGradientDescentAttack", "l2"),
+                                ("art/CarliniL2Method", "l2"), ("torchattacks/SparseFool", "l1"),
+                                ("torchattacks/JSMA", "l0"), ("art/SaliencyMapMethod", "l0")}),
+    # a step or stopping rule over the batch (README "Defects": EAD's summed loss, cleverhans' mean CE)
+    "batch_dependence": frozenset({("foolbox/EADAttack", "l1"), ("torchattacks/EADL1", "l1"),
+                                   ("torchattacks/EADEN", "l1"), ("cleverhans/fast_gradient_method", "l2")}),
+    # an L1 step on pixels the box clips (README "Defects", eps_unused)
+    "eps_unused": frozenset({("art/FastGradientMethod", "l1"), ("art/ProjectedGradientDescent", "l1")}),
+}
+
+FILL = {"run": "noise", "dataset": "digits", "subset_hash": "corpus", "params_hash": "p", "params": "{}",
+        "targeted": False, "target": -1, "best_dropped": 0}
+
+
+def load(path: Path = CORPUS) -> pd.DataFrame:
+    """The corpus rows, with ``base`` (the model without its twin suffix) and ``twin`` ("", "seed",
+    "split", "shift"). Raises FileNotFoundError naming the script that makes it."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} is missing; make it with `.venv/bin/python benchmarks/noise_corpus.py`")
+    t = pd.read_parquet(path)
+    for col in ("model", "library", "library_version", "attack", "implementation", "family", "norm", "kind",
+                "status", "grid"):
+        t[col] = t[col].astype(str)
+    parts = t["model"].str.partition("~")
+    return t.assign(base=parts[0], twin=parts[2])
+
+
+# ------------------------------------------------------------------ measurements
+def _wide(c: pd.DataFrame, twin: str, value: str = "best_distance") -> pd.DataFrame:
+    """(base, implementation, norm, sample) → value on the base model and on its ``twin``."""
+    key = ["base", "implementation", "norm", "sample"]
+    a = c[c["twin"] == ""].set_index(key)[[value, "status"]]
+    b = c[c["twin"] == twin].set_index(key)[[value, "status"]]
+    return a.join(b, how="inner", lsuffix="_a", rsuffix="_b").reset_index()
+
+
+def _live(c: pd.DataFrame) -> pd.Series:
+    """Per (base, sample): whether the image is correctly classified clean (d* > 0)."""
+    return c[c["twin"] == ""].groupby(["base", "sample"])["best_distance"].min() > 0
+
+
+def ucb(k: int, n: int, level: float = UCB_LEVEL) -> float:
+    """One-sided Clopper–Pearson upper confidence bound of a rate seen ``k`` times in ``n``."""
+    return 1.0 if n == 0 or k >= n else float(sps.beta.ppf(level, k + 1, n - k))
+
+
+def seed_noise(c: pd.DataFrame) -> pd.DataFrame:
+    """Per randomised attack and norm (``RANDOMISED_BUILTINS``: the harness also gives a seed twin
+    to built-ins that only move a random state), over the base models: on the live images both seeds broke,
+    the sd of the per-image log ratio and the share beyond ±5%; the share of live images where
+    only one seed broke (the failure endpoint's discordance)."""
+    from attackaudit.sources.twins import RANDOMISED_BUILTINS
+    w = _wide(c, "seed")
+    w = w[w["implementation"].isin(RANDOMISED_BUILTINS)]
+    live = _live(c)
+    w = w[live.reindex(pd.MultiIndex.from_frame(w[["base", "sample"]])).to_numpy(bool)]
+    rows = []
+    for (impl, norm), g in w.groupby(["implementation", "norm"], sort=True):
+        a, b = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
+        fa, fb = np.isfinite(a), np.isfinite(b)
+        both = fa & fb
+        r = np.log(a[both] / b[both])
+        rows.append({"implementation": impl, "norm": norm, "images": len(g), "both_broke": int(both.sum()),
+                     "sd_log_ratio": float(np.std(r, ddof=1)) if both.sum() > 1 else np.nan,
+                     "beyond_5pct": float(np.mean(np.abs(r) > DELTA)) if both.any() else np.nan,
+                     "one_seed_broke": float(np.mean(fa != fb)), "broke": float(np.mean(fa))})
+    return pd.DataFrame(rows)
+
+
+def not_best(c: pd.DataFrame) -> pd.DataFrame:
+    """Per implementation and norm over the base models: among the ``ok`` live images it broke,
+    those whose returned output is > 5% worse than its best (or not adversarial), with the rate's
+    upper confidence bound; ``known`` marks the README's traced last_not_best defects."""
+    b = c[(c["twin"] == "") & (c["status"] == "ok") & (c["best_distance"] > 0) & np.isfinite(c["best_distance"])]
+    worse = b["returned_distance"].fillna(np.inf) > b["best_distance"] * (1 + NOT_BEST_RTOL) + 1e-9
+    g = b.assign(worse=worse).groupby(["implementation", "norm", "kind"], sort=True)["worse"]
+    out = pd.DataFrame({"k": g.sum().astype(int), "n": g.size()}).reset_index()
+    out["rate"] = out["k"] / out["n"]
+    out["ucb"] = [ucb(k, n) for k, n in zip(out["k"], out["n"])]
+    out["known"] = [(i, n) in KNOWN_DEFECTS["last_not_best"] for i, n in zip(out["implementation"], out["norm"])]
+    return out
+
+
+def _differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    with np.errstate(invalid="ignore"):
+        far = np.abs(a - b) > rtol * np.maximum(np.abs(a), np.abs(b)) + 1e-12
+    return (fa != fb) | (fa & fb & far)
+
+
+def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
+    """Per implementation and norm: the live images whose best distance on the ``twin`` ("split"
+    or "shift") differs from the base model's (success, or beyond the rule's tolerance), pooled
+    over the models that have the twin, the largest relative difference, and the rate's UCB."""
+    rtol = SPLIT_RTOL if twin == "split" else SHIFT_RTOL
+    w = _wide(c, twin)
+    live = _live(c)
+    w = w[live.reindex(pd.MultiIndex.from_frame(w[["base", "sample"]])).to_numpy(bool)]
+    rand = set(c.loc[c["twin"] == "seed", "implementation"])
+    rows = []
+    for (impl, norm), g in w.groupby(["implementation", "norm"], sort=True):
+        a, b = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
+        d = _differs(a, b, rtol)
+        both = np.isfinite(a) & np.isfinite(b)
+        rel = np.abs(a[both] - b[both]) / np.maximum(a[both], b[both])
+        rows.append({"implementation": impl, "norm": norm, "randomised": impl in rand, "images": len(g),
+                     "differ": int(d.sum()), "rate": float(d.mean()), "ucb": ucb(int(d.sum()), len(g)),
+                     "largest_rel": float(rel.max()) if rel.size else 0.0,
+                     "known": (impl, norm) in KNOWN_DEFECTS["batch_dependence"] if twin == "split" else False})
+    return pd.DataFrame(rows, columns=["implementation", "norm", "randomised", "images", "differ", "rate", "ucb",
+                                       "largest_rel", "known"])
+
+
+def measure(c: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Everything the README's real-noise paragraph quotes."""
+    return {"seed": seed_noise(c), "not_best": not_best(c), "split": twin_differences(c, "split"),
+            "shift": twin_differences(c, "shift")}
+
+
+# ------------------------------------------------------------------ resampling
+@dataclass(frozen=True)
+class Job:
+    """One real job's rows: ``implementation`` and ``norm`` on ``model`` (a base model, or its twin)."""
+    implementation: str
+    norm: str
+    model: str
+
+
+class Resampler:
+    """Real rows by job, indexed for fast resampling."""
+
+    def __init__(self, corpus: pd.DataFrame):
+        self.c = corpus
+        # each job's rows once, with every column a result row has, as plain objects: a draw is
+        # then one positional take (pandas' Arrow strings and per-draw ``assign`` cost seconds)
+        full = corpus.drop(columns=["base", "twin", "grid"], errors="ignore").assign(**FILL)
+        for col in ("best_l0", "best_l1", "best_l2", "best_linf"):
+            full[col] = full["best_distance"]
+        for col in full.columns:
+            if full[col].dtype == object or str(full[col].dtype) in ("str", "string", "category"):
+                full[col] = full[col].astype(object)
+        self._by_job = {k: g.sort_values("sample").reset_index(drop=True)
+                        for k, g in full.groupby(["implementation", "norm", "model"], sort=False)}
+        self._pos = {k: pd.Index(g["sample"].to_numpy()) for k, g in self._by_job.items()}
+        self.n_images = int(corpus["sample"].nunique())
+
+    def has(self, job: Job) -> bool:
+        return (job.implementation, job.norm, job.model) in self._by_job
+
+    def common(self, jobs: list[Job]) -> np.ndarray:
+        """The sample ids every job in ``jobs`` ran on (a split twin ran on the first 32)."""
+        ids = None
+        for j in jobs:
+            s = self._pos[(j.implementation, j.norm, j.model)].to_numpy()
+            ids = s if ids is None else np.intersect1d(ids, s)
+        return ids
+
+    def rows(self, job: Job, images: np.ndarray, *, as_model: str | None = None, as_impl: str | None = None,
+             version: str | None = None, scale: float | np.ndarray = 1.0) -> pd.DataFrame:
+        """``job``'s rows on ``images`` (sample ids, repeats allowed) renumbered 0 … n−1, renamed
+        to ``as_model`` / ``as_impl`` / ``version``; distances times ``scale`` (a planted defect)."""
+        key = (job.implementation, job.norm, job.model)
+        g = self._by_job[key].take(self._pos[key].get_indexer(images))
+        g.index = pd.RangeIndex(len(images))
+        g["sample"] = np.arange(len(images))
+        if not np.all(np.asarray(scale) == 1.0):
+            for col in ("best_distance", "returned_distance", "best_l0", "best_l1", "best_l2", "best_linf"):
+                g[col] = g[col] * scale
+        if as_model or as_impl:
+            model, impl = as_model or job.model, as_impl or job.implementation
+            g["model"], g["implementation"], g["library"] = model, impl, impl.partition("/")[0]
+            g["job_id"] = f"{model}__{impl}__{job.norm}"
+        else:
+            g["job_id"] = f"{job.model}__{job.implementation}__{job.norm}"
+        if version:
+            g["library_version"] = version
+        return g
+
+
+def draw_models(rng: np.random.Generator, m: int, pool: tuple[str, ...] = BASE_MODELS) -> list[str]:
+    """``m`` base models: all of ``pool`` when it has ``m`` or fewer, else a random choice."""
+    return list(pool) if m >= len(pool) else list(rng.choice(pool, m, replace=False))

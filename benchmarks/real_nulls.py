@@ -1,0 +1,262 @@
+"""The calibration's nulls (and a few defects) on real attack noise: tables resampled per image
+from the noise corpus (``real_noise.py``), judged by the project's public table-level functions
+(``fidelity.recommend``, ``fidelity.flags``, ``fidelity.flags.optimality_gap``, ``fidelity.diff``).
+
+Three tables per repetition, each on ``n`` images drawn with replacement (one block per image over
+the models):
+
+- **pair** (``pair_checks``): a randomised built-in (drawn per repetition from every randomised
+  spec the corpus ran with two seeds; ``worst`` fixes the noisiest) against its own seed twin
+  renamed as a second implementation of its family: any exclusion, "different" direction, gap or
+  audit change is a false positive, "tied" is the power; the seed twin 20% farther is the defect.
+- **report** (``report_checks``): real rows of the implementations that sit at the edge of each
+  per-job rule's null (the sound fixed-ε and minimal attacks with the highest measured share of
+  returned-worse-than-best images; the weakest attack that works; a sound fixed-ε attack's
+  minimal-ε search columns) beside the strongest minimal attack of each norm, through ``flags``.
+  The class-conditional ``label_bug`` is judged on every one of them (no built-in has a label bug).
+- **twins** (``twin_checks``): a sound deterministic attack with its batch-split twin (drawn, and
+  the one with the most measured differences), a deterministic attack with its shift twin (the same
+  two ways) and a randomised one with its shift and seed twins (``digits-mlp``: the twins the
+  corpus has; ``digits-cnn``'s split twin added at 3 models), through ``flags``.
+
+Each check returns True (fired), False, or None (no null of that kind in this repetition).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+import real_noise as rn
+
+EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
+SPLIT_MODELS = ("digits-mlp", "digits-cnn")
+SHIFT_MODEL = "digits-mlp"
+#: known shift-twin defects (fidelity/README.md: torchattacks EAD 6 of 16, torchattacks CW 13 of 16)
+SHIFT_DEFECTS = frozenset({("torchattacks/EADL1", "l1"), ("torchattacks/EADEN", "l1"), ("torchattacks/CW", "l2")})
+
+
+@lru_cache(maxsize=2)
+def resampler(path: str = str(rn.CORPUS)) -> rn.Resampler:
+    return rn.Resampler(rn.load(path))
+
+
+@lru_cache(maxsize=2)
+def pools(path: str = str(rn.CORPUS)) -> dict:
+    """The implementations each null draws from, with the measured worst of each kind."""
+    R = resampler(path)
+    c = R.c
+    m = rn.measure(c)
+    seed = m["seed"][m["seed"]["both_broke"] >= 30].copy()
+    seed_pool = [(r.implementation, r.norm) for r in seed.itertuples()
+                 if all(R.has(rn.Job(r.implementation, r.norm, b + s)) for b in rn.BASE_MODELS for s in ("", "~seed"))]
+    worst_seed = tuple(seed.sort_values("sd_log_ratio").iloc[-1][["implementation", "norm"]])
+    nb = m["not_best"][~m["not_best"]["known"] & (m["not_best"]["n"] >= 30)]
+    nb_worst = {k: tuple(g.sort_values(["rate", "n"]).iloc[-1][["implementation", "norm"]])
+                for k, g in nb.groupby("kind")}
+    broke = c[(c["twin"] == "") & (c["best_distance"] > 0)].assign(hit=lambda d: np.isfinite(d["best_distance"]))
+    rate = broke.groupby(["implementation", "norm"])["hit"].mean()
+    from attackaudit.fidelity.flags import SILENT_FAILURE_FLOOR
+    # the weakest attack at or above the floor silent_failure assumes of a working attack
+    working = rate[(rate >= SILENT_FAILURE_FLOOR)
+                   & rate.index.map(lambda k: all(R.has(rn.Job(*k, b)) for b in rn.BASE_MODELS))]
+    weakest = tuple(working.sort_values().index[0])
+    strongest = {norm: tuple(g.sort_values().index[-1]) for norm, g in
+                 rate[rate.index.map(lambda k: c.loc[(c["implementation"] == k[0]), "kind"].iat[0] == "minimal")]
+                 .groupby(level="norm")}
+    fixed = c[(c["twin"] == "") & (c["kind"] == "fixed")]
+    fixed_pool = sorted({(i, n) for i, n in zip(fixed["implementation"], fixed["norm"])
+                         if (i, n) not in rn.KNOWN_DEFECTS["eps_unused"]
+                         and all(R.has(rn.Job(i, n, b)) for b in rn.BASE_MODELS)})
+    split = m["split"].loc[~m["split"]["known"].to_numpy(bool) & ~m["split"]["randomised"].to_numpy(bool)]
+    split = split.loc[np.array([all(R.has(rn.Job(i, n, b + "~split")) for b in SPLIT_MODELS)
+                            for i, n in zip(split["implementation"], split["norm"])], dtype=bool)]
+    shift = m["shift"]
+    known = np.array([(i, nm) in SHIFT_DEFECTS for i, nm in zip(shift["implementation"], shift["norm"])], dtype=bool)
+    shift_det = shift.loc[~shift["randomised"].to_numpy(bool) & ~known]
+    shift_rand = shift.loc[shift["randomised"].to_numpy(bool)]
+    return {"measure": m, "seed": seed_pool, "seed_worst": worst_seed, "not_best_worst": nb_worst,
+            "weakest": weakest, "strongest": strongest, "fixed": fixed_pool,
+            "split": _keys(split),
+            "split_worst": tuple(split.sort_values(["rate", "largest_rel"]).iloc[-1][["implementation", "norm"]])
+            if len(split) else None,
+            "shift_det": _keys(shift_det),
+            "shift_det_worst": tuple(shift_det.sort_values(["rate", "largest_rel"]).iloc[-1][["implementation", "norm"]])
+            if len(shift_det) else None,
+            "shift_rand": _keys(shift_rand)}
+
+
+def _keys(df: pd.DataFrame) -> list[tuple[str, str]]:
+    return list(zip(df["implementation"], df["norm"]))
+
+
+def _images(R: rn.Resampler, rng: np.random.Generator, n: int, jobs: list[rn.Job]) -> np.ndarray:
+    return rng.choice(R.common(jobs), n, replace=True)
+
+
+def _pair_table(R, impl, norm, models, images, scale: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(seed 0's rows, the seed twin's rows renamed ``<impl>:seed1`` on the same models)."""
+    a = pd.concat([R.rows(rn.Job(impl, norm, b), images) for b in models], ignore_index=True)
+    b = pd.concat([R.rows(rn.Job(impl, norm, b + "~seed"), images, as_model=b, as_impl=f"{impl}:seed1",
+                          scale=scale) for b in models], ignore_index=True)
+    return a, b
+
+
+def _verdict(table: pd.DataFrame) -> tuple[str, str]:
+    from attackaudit.fidelity import recommend
+    r = recommend(table, EMPTY_FLAGS, n_boot=2).iloc[0]
+    return str(r["verdict"]), str(r["implementation"])
+
+
+def _audit(a: pd.DataFrame, b: pd.DataFrame, impl: str) -> str:
+    from attackaudit.fidelity import diff
+    after = b.assign(implementation=impl, library_version=b["library_version"] + "+1")
+    d = diff(a, after, flags_a=EMPTY_FLAGS, flags_b=EMPTY_FLAGS)
+    return str(d.set_index("implementation").loc[impl, "verdict"])
+
+
+def pair_checks(rng: np.random.Generator, n: int, m: int, worst: bool = False, power: bool = True) -> dict:
+    """One repetition of the seed-twin pair: trust exclusion, direction, gap, audit (nulls), tied
+    (power) and, with ``power``, the twin 20% farther (trust exclusion power, tied false positive)."""
+    from attackaudit.fidelity.flags import optimality_gap
+    R, P = resampler(), pools()
+    impl, norm = P["seed_worst"] if worst else P["seed"][rng.integers(len(P["seed"]))]
+    models = rn.draw_models(rng, m)
+    images = _images(R, rng, n, [rn.Job(impl, norm, b + s) for b in models for s in ("", "~seed")])
+    a, b = _pair_table(R, impl, norm, models, images)
+    t = pd.concat([a, b], ignore_index=True)
+    verdict, _ = _verdict(t)
+    out = {"trust exclusion": verdict == "clear", "tied (equivalence)": verdict == "tied",
+           "optimality_gap": bool(len(optimality_gap(t))),
+           "audit regressed/improved": _audit(a, b, impl) in ("regressed", "improved")}
+    if power:
+        _, far = _pair_table(R, impl, norm, models, images, scale=1.2)
+        v_far, top = _verdict(pd.concat([a, far], ignore_index=True))
+        out["trust exclusion far20"] = v_far == "clear" and top == impl
+        out["tied (equivalence) far20"] = v_far == "tied"
+    return out
+
+
+def _fired(found: pd.DataFrame, flag: str, impl: str, norm: str) -> bool:
+    f = found[(found["flag"] == flag) & (found["implementation"] == impl) & (found["norm"] == norm)]
+    return bool(len(f))
+
+
+def report_checks(rng: np.random.Generator, n: int, m: int) -> dict:
+    """One repetition of the per-job report: last_not_best on the worst sound fixed-ε and minimal
+    attacks, silent_failure on the weakest working one, eps_unused and out_of_ball on a sound
+    fixed-ε attack drawn per repetition, class-conditional label_bug on all of them."""
+    from attackaudit.fidelity import flags
+    R, P = resampler(), pools()
+    models = rn.draw_models(rng, m)
+    fixed = P["fixed"][rng.integers(len(P["fixed"]))]
+    roles = {"last_not_best fixed": P["not_best_worst"].get("fixed"),
+             "last_not_best minimal": P["not_best_worst"].get("minimal"),
+             "silent_failure": P["weakest"], "fixed": fixed}
+    chosen = {k: v for k, v in roles.items() if v is not None}
+    siblings = {P["strongest"][norm] for _, norm in chosen.values() if norm in P["strongest"]}
+    impls = sorted(set(chosen.values()) | siblings)
+    images = _images(R, rng, n, [rn.Job(i, nm, b) for i, nm in impls for b in models])
+    t = pd.concat([R.rows(rn.Job(i, nm, b), images) for i, nm in impls for b in models], ignore_index=True)
+    found = flags(t)
+    out = {"last_not_best fixed": _fired(found, "last_not_best", *roles["last_not_best fixed"])
+           if roles["last_not_best fixed"] else None,
+           "last_not_best minimal": _fired(found, "last_not_best", *roles["last_not_best minimal"])
+           if roles["last_not_best minimal"] else None,
+           "silent_failure weakest": _fired(found, "silent_failure", *P["weakest"]),
+           "eps_unused": _fired(found, "eps_unused", *fixed),
+           "out_of_ball": _fired(found, "out_of_ball", *fixed)}
+    label = found[(found["flag"] == "label_bug") & (found["model"] == "*")]
+    out["label_bug (class)"] = bool(len(label))
+    return out
+
+
+def twin_checks(rng: np.random.Generator, n: int, m: int) -> dict:
+    """One repetition of the twin rules on real twins: batch_dependence of a sound deterministic
+    attack (drawn, and the most-differing one), shift_sensitivity of a deterministic attack
+    (drawn, and the most-differing sound one) and of a randomised one beside its seed twin."""
+    from attackaudit.fidelity import flags
+    R, P = resampler(), pools()
+    split_models = [SHIFT_MODEL] if m == 1 else list(SPLIT_MODELS)
+    roles = {"batch_dependence": P["split"][rng.integers(len(P["split"]))] if P["split"] else None,
+             "batch_dependence worst": P["split_worst"],
+             "shift_sensitivity": P["shift_det"][rng.integers(len(P["shift_det"]))] if P["shift_det"] else None,
+             "shift_sensitivity worst": P["shift_det_worst"],
+             "shift_sensitivity seeds": P["shift_rand"][rng.integers(len(P["shift_rand"]))] if P["shift_rand"] else None}
+    jobs: list[rn.Job] = []
+    for key, v in roles.items():
+        if v is None:
+            continue
+        if key.startswith("batch"):
+            jobs += [rn.Job(*v, b + s) for b in split_models for s in ("", "~split")]
+        else:
+            jobs += [rn.Job(*v, SHIFT_MODEL + s) for s in ("", "~shift") + (("~seed",) if key.endswith("seeds") else ())]
+    jobs = list(dict.fromkeys(jobs))
+    if not jobs:  # a corpus without twins
+        return {key: None for key in roles}
+    images = _images(R, rng, n, jobs)
+    found = flags(pd.concat([R.rows(j, images) for j in jobs], ignore_index=True))
+    out = {}
+    for key, v in roles.items():
+        flag = "batch_dependence" if key.startswith("batch") else "shift_sensitivity"
+        out[key] = _fired(found, flag, *v) if v is not None else None
+    return out
+
+
+# ------------------------------------------------------------------ cells
+#: check key → (rule, scenario) of the calibration table, per group of checks
+NAMES = {
+    "pair": {"trust exclusion": ("trust exclusion", "real seeds"),
+             "tied (equivalence)": ("tied (equivalence)", "real seeds"),
+             "optimality_gap": ("optimality_gap", "real seeds"),
+             "audit regressed/improved": ("audit regressed/improved", "real seeds"),
+             "trust exclusion far20": ("trust exclusion", "real far20"),
+             "tied (equivalence) far20": ("tied (equivalence)", "real far20")},
+    "pair worst": {"trust exclusion": ("trust exclusion", "real seeds, noisiest"),
+                   "tied (equivalence)": ("tied (equivalence)", "real seeds, noisiest"),
+                   "optimality_gap": ("optimality_gap", "real seeds, noisiest"),
+                   "audit regressed/improved": ("audit regressed/improved", "real seeds, noisiest")},
+    "report": {"last_not_best fixed": ("last_not_best", "real fixed, worst"),
+               "last_not_best minimal": ("last_not_best", "real minimal, worst"),
+               "silent_failure weakest": ("silent_failure", "real weakest"),
+               "eps_unused": ("eps_unused", "real fixed"), "out_of_ball": ("out_of_ball", "real fixed"),
+               "label_bug (class)": ("label_bug (class)", "real report")},
+    "twins": {"batch_dependence": ("batch_dependence", "real split"),
+              "batch_dependence worst": ("batch_dependence", "real split, worst"),
+              "shift_sensitivity": ("shift_sensitivity", "real shift"),
+              "shift_sensitivity worst": ("shift_sensitivity", "real shift, worst"),
+              "shift_sensitivity seeds": ("shift_sensitivity", "real seeds")},
+}
+#: (rule, scenario) cells of real noise that measure power
+POWER = frozenset({("tied (equivalence)", "real seeds"), ("tied (equivalence)", "real seeds, noisiest"),
+                   ("trust exclusion", "real far20")})
+
+
+def _run_group(group: str, rng: np.random.Generator, n: int, m: int, power: bool) -> dict:
+    if group == "pair":
+        return pair_checks(rng, n, m, power=power)
+    if group == "pair worst":
+        return pair_checks(rng, n, m, worst=True, power=False)
+    if group == "report":
+        return report_checks(rng, n, m)
+    return twin_checks(rng, n, m)
+
+
+def calibrate_real(reps: int, images: list[int], n_models: list[int], seed: int = 0,
+                   groups: tuple[str, ...] = tuple(NAMES), power: bool = True) -> pd.DataFrame:
+    """One row per (rule, scenario, images, models) of real noise: ``fired`` of ``reps``
+    repetitions where the null (or defect) was present (``evaluated``), and their ``rate``."""
+    rows = []
+    for n in images:
+        for m in n_models:
+            for group in groups:
+                rng = np.random.default_rng([seed, n, m, list(NAMES).index(group)])
+                hits = [_run_group(group, rng, n, m, power) for _ in range(reps)]
+                for key, (rule, scenario) in NAMES[group].items():
+                    vals = [h[key] for h in hits if h.get(key) is not None]
+                    if vals:
+                        rows.append({"rule": rule, "scenario": scenario, "images": n, "models": m,
+                                     "fired": int(np.sum(vals)), "evaluated": len(vals),
+                                     "rate": float(np.mean(vals)), "reps": len(vals)})
+    return pd.DataFrame(rows)
