@@ -3,6 +3,12 @@ defects of known size, at 16, 64 and 256 images on 1 and 3 models (fidelity/READ
 "Calibration"). Every rule runs through the project's own code (fidelity/).
 
     .venv/bin/python benchmarks/calibration.py [--reps R] [--images 16 64 256] [--models 1 3] [--rules R ...] [RUN_DIR]
+    .venv/bin/python benchmarks/calibration.py --real [pair "pair worst" report twins] [--reps R] ...
+
+``--real`` runs the nulls on real attack noise instead: tables resampled per image from the stored
+corpus ``benchmarks/noise/corpus.parquet`` (``benchmarks/noise_corpus.py`` makes it), judged by
+the public ``recommend``, ``flags``, ``optimality_gap`` and ``diff`` (``benchmarks/real_nulls.py``
+says what each group holds); the cells it prints are the "real …" scenarios of fidelity/README.md.
 
 The default (20 repetitions per cell) takes a few minutes; the table in fidelity/README.md used
 ``--reps 100`` for the verdicts and the older flag rules (34 min on the shared 2-core machine) and
@@ -455,7 +461,9 @@ POWER = frozenset({("trust exclusion", "far20"), ("tied (equivalence)", "seeds")
 
 def as_table(res: pd.DataFrame) -> str:
     """Markdown: rule, scenario, FPR or power, then one column per (images, models)."""
-    res = res.assign(kind=["power" if (r, s) in POWER else "FPR" for r, s in zip(res["rule"], res["scenario"])])
+    from real_nulls import POWER as REAL_POWER
+    res = res.assign(kind=["power" if (r, s) in POWER | REAL_POWER else "FPR"
+                           for r, s in zip(res["rule"], res["scenario"])])
     wide = res.pivot_table(index=["rule", "scenario", "kind"], columns=["images", "models"], values="rate",
                            sort=False)
     head = "| rule | scenario | measures | " + " | ".join(f"{n} img × {m}" for n, m in wide.columns) + " |"
@@ -472,7 +480,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--models", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--rules", nargs="+", help='only these rules (e.g. out_of_ball "label_bug (targets ignored)")')
+    ap.add_argument("--real", nargs="*", metavar="GROUP",
+                    help="real-noise groups (pair, 'pair worst', report, twins; none named: all)")
     args = ap.parse_args(argv)
+    if args.real is not None:
+        import real_nulls
+        start = time.perf_counter()
+        res = real_nulls.calibrate_real(args.reps, args.images, args.models,
+                                        groups=tuple(args.real) or tuple(real_nulls.NAMES))
+        print(as_table(res))
+        print(f"\n{args.reps} repetitions per cell, α = {ALPHA}; {time.perf_counter() - start:.0f} s")
+        return 0
     if args.run_dir and not Path(args.run_dir).is_dir():
         print(f"calibration: {args.run_dir} is not a run directory", file=sys.stderr)
         return 2

@@ -137,7 +137,7 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
     w = _wide(c, twin)
     live = _live(c)
     w = w[live.reindex(pd.MultiIndex.from_frame(w[["base", "sample"]])).to_numpy(bool)]
-    rand = set(c.loc[c["twin"] == "seed", "implementation"])
+    from attackaudit.sources.twins import RANDOMISED_BUILTINS as rand
     rows = []
     for (impl, norm), g in w.groupby(["implementation", "norm"], sort=True):
         a, b = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
