@@ -46,7 +46,10 @@ LAST_NOT_BEST_RTOL = 0.05
 #: minimal-ε search an early iterate at ε* can be adversarial well inside the ball while the
 #: attack goes on to its loss-best point on the sphere; sound APGDs measured 1.5–10.7% per image
 #: (84 images each, pooled over the demo's models), the seed twin of adv_lib apgd L2 3 of 16.
-LAST_NOT_BEST_NULL_RATE = {"minimal": 0.02, "fixed": 0.15}
+#: Each rate is the largest one-sided 95% upper confidence bound of a measured sound rate: fixed,
+#: the demo's 9 of 84 (0.177; the noise corpus's worst, ART L1 PGD 4 of 60, 0.146); minimal, the
+#: corpus's 1 of 188 (adv_lib fab, fmn L∞: 0.025) (benchmarks/real_noise.py ``not_best``)
+LAST_NOT_BEST_NULL_RATE = {"minimal": 0.025, "fixed": 0.18}
 #: ... and never on fewer images than this (one stray image is not a pattern)
 LAST_NOT_BEST_MIN_IMAGES = 2
 #: silent failure's floor: a working attack breaks at least this share of the images other
@@ -61,6 +64,7 @@ SILENT_FAILURE_FLOOR = 0.25
 NONDETERMINISM_RTOL = 1e-4
 #: optimality gap: different from and worse than a sibling (beyond the margin δ, image by image),
 #: Bonferroni over the siblings, Benjamini–Hochberg over the implementation's models, AND at least this much lower ξ
+#: (against the family's own envelope, which no implementation of another family can move)
 GAP_MIN_DELTA = 0.05
 #: families that legitimately run without backward passes (no-backward is not a failure there)
 GRADIENT_FREE_FAMILIES = frozenset({"boundary", "hsja", "square", "simba", "sparse_rs", "spatial",
@@ -280,8 +284,9 @@ def _optimality_gap(t: pd.DataFrame) -> list[dict]:
             a, b = (r.implementation_a, r.library_version_a), (r.implementation_b, r.library_version_b)
             if r.direction == 0 or r.mixed:
                 continue
-            worse, better, xi_w, xi_b = (b, a, r.optimality_b, r.optimality_a) if r.direction < 0 else \
-                (a, b, r.optimality_a, r.optimality_b)
+            # ξ against the family's own envelope: an implementation of another family cannot move it
+            worse, better, xi_w, xi_b = (b, a, r.family_optimality_b, r.family_optimality_a) if r.direction < 0 \
+                else (a, b, r.family_optimality_a, r.family_optimality_b)
             p = min(1.0, r.p_different * (len(impls) - 1))
             if p < best[worse][0]:
                 best[worse] = (p, better, xi_w, xi_b, r)
@@ -299,7 +304,8 @@ def _optimality_gap(t: pd.DataFrame) -> list[dict]:
             fail_w, fail_b = (r.fail_a, r.fail_b) if worse[0] == r.implementation_a else (r.fail_b, r.fail_a)
             out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
                         "flag": "optimality_gap", "evidence": (
-                            f"optimality {xi_w:.3f} vs {xi_b:.3f} for {better[0]} {better[1]}".rstrip()
+                            f"optimality against its family's envelope {xi_w:.3f} vs {xi_b:.3f} for {better[0]} "
+                            f"{better[1]}".rstrip()
                             + f"; failure rates {fail_w:.0%} vs {fail_b:.0%}; on the {r.n_both} images both broke "
                               f"typically {np.expm1(abs(r.estimate)):.0%} "
                               f"{'farther' if (r.estimate > 0) == (worse[0] == r.implementation_a) else 'closer'} "
