@@ -1,4 +1,4 @@
-"""Four defect classes that say what is wrong, not merely "weaker than a sibling" (fidelity/README.md, "Defects").
+"""Defect classes that say what is wrong, not merely "weaker than a sibling" (fidelity/README.md, "Defects").
 
 - ``out_of_ball``: a fixed-ε attack returns rows outside the ε-ball it was called with.
 - ``eps_unused``: a fixed-ε attack fails at ε while its returned rows stay far inside the ball,
@@ -8,6 +8,12 @@
   deterministic attack).
 - ``label_bug`` (targets ignored): in a targeted run, the output is misclassified but not as the
   target on a large share of the images another implementation brought to the target.
+- ``label_bug`` (success test ignores the target): in a targeted run, the attack's own queries
+  reached the target but it returned a non-target output, on more images than a sound attack of
+  its kind does (binomial against ``TARGET_KEPT_NULL_RATE``, BH over the report).
+- ``fallback_output``: the attack returned a default output (an all-zero or constant image, one
+  output shared by several images) that would have counted as broken; the harness never counted
+  it (harness/measure/fallback.py, the ``returned_fallback`` column).
 
 The first two read what the minimal-ε search recorded of every call (harness/measure/minimal.py
 ``BallRecord``: the ``ball_*`` and ``eps_fail_*`` columns), the last the ``returned_class``
@@ -21,7 +27,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scipy import stats as sps
+
 from ._table import JOB_KEY, SAMPLE_KEY, long_distances, sample_list
+from .equivalence import benjamini_hochberg
+from .stats import ALPHA
 from .twins import twin_findings
 
 #: out_of_ball: rows (image × call) returned outside the ball, beyond the minimal-ε search's own
@@ -41,6 +51,17 @@ EPS_UNUSED_MIN_FRACTION = 0.5
 TARGET_MIN_IMAGES = 3
 #: ... making at least this share of the images another implementation brought to the target
 TARGET_MIN_FRACTION = 0.5
+#: success test ignores the target: null rate per attack kind of images whose queries reached the
+#: target while the returned output is not in it, for a sound attack. Sound minimal attacks return
+#: their best (measured 0 of 16 images per job, README table); a fixed-ε attack's returned row at
+#: the widest ε is its last iterate, which can leave the target it passed through (measured ≤ 2 of
+#: 16 per job)
+TARGET_KEPT_NULL_RATE = {"minimal": 0.02, "fixed": 0.15}
+#: ... and never on fewer images than this
+TARGET_KEPT_MIN_IMAGES = 3
+#: fallback_output: images whose default output would have counted as broken (a default output is
+#: deterministic evidence: sound built-ins of the five libraries returned none, README table)
+FALLBACK_MIN_IMAGES = 1
 
 
 def _finding(key: tuple, flag: str, evidence: str) -> dict:
@@ -108,14 +129,24 @@ def eps_unused(t: pd.DataFrame) -> list[dict]:
 
 
 def batch_dependence(t: pd.DataFrame) -> list[dict]:
-    """``M~split`` against ``M`` per implementation, beyond its own noise (``twins.judge``, kind
-    ``"split"``): with a seed twin, the images that differ on the split twin but not between the
-    seeds against the reverse (exact one-sided McNemar); without one (a deterministic attack:
-    ``--metamorphic`` gives every randomised attack a seed twin), the count of differing images
-    against a binomial with ``twins.NULL_RATE["split"]``. Benjamini–Hochberg over every
-    implementation judged in the report; a finding needs q < ``ALPHA`` and at least
-    ``twins.MIN_IMAGES["split"]`` differing images."""
-    return twin_findings(t, kinds=("split",))
+    """``M~split`` (one image per call, a few images) and ``M~batch`` (every image, another batch
+    arrangement) against ``M`` per implementation, beyond its own noise (``twins.judge``): with a
+    seed twin that differs from ``M``, the images that differ on the twin but not between the seeds
+    against the reverse (exact one-sided McNemar); without one (a deterministic attack, measured:
+    no seed twin and ``rng_used`` false, or a seed twin equal to ``M``), the count of differing
+    images against a binomial with ``twins.NULL_RATE``. Images whose best sits at an exact decision
+    boundary on either side are left out (``twins.BOUNDARY_MARGIN``); an attack that moved a global
+    random state and has no seed twin is not judged. Benjamini–Hochberg per implementation and
+    kind; a finding needs q < ``ALPHA`` and at least ``twins.MIN_IMAGES`` differing images. One
+    finding per job: both twins' evidence joined."""
+    out: dict[tuple, dict] = {}
+    for f in twin_findings(t, kinds=("split", "batch")):
+        key = tuple(f[k] for k in JOB_KEY)
+        if key in out:
+            out[key]["evidence"] += f"; {f['evidence']}"
+        else:
+            out[key] = f
+    return list(out.values())
 
 
 def targets_ignored(t: pd.DataFrame) -> list[dict]:
@@ -133,7 +164,7 @@ def targets_ignored(t: pd.DataFrame) -> list[dict]:
     rows["third"] = (~rows["reached"] & (cls >= 0) & (cls != rows["label"].astype(int))
                      & (cls != rows["target"].astype(int)))
     rows["cls"] = cls
-    judged = rows[(rows["status"] == "ok") & (rows["d_star"] > 0) & (rows["others"] > 0)]
+    judged = rows[(rows["status"] == "ok") & (rows["d_star"] > 0) & (rows["others"] > 0) & ~_fallback(rows)]
     out = []
     for key, g in judged.groupby(JOB_KEY, sort=True):
         bad = g[g["third"]]
@@ -145,6 +176,68 @@ def targets_ignored(t: pd.DataFrame) -> list[dict]:
             f"targets ignored: misclassified as another class, not the target, on {len(bad)} of {len(g)} images "
             f"that another implementation brought to the target ({int(g['reached'].sum())} reached it here): "
             f"{examples}")))
+    return out
+
+
+def _fallback(t: pd.DataFrame) -> pd.Series:
+    """Rows whose returned output was a default output the harness did not count (``returned_fallback``)."""
+    if "returned_fallback" not in t.columns:
+        return pd.Series(False, index=t.index)
+    return t["returned_fallback"].fillna("").astype(str) != ""
+
+
+def fallback_output(t: pd.DataFrame) -> list[dict]:
+    """Per job: the images whose returned output was a default output (``returned_fallback``: an
+    all-zero or constant image, one output shared by several images) that would have counted as
+    broken, on at least ``FALLBACK_MIN_IMAGES`` images. Those rows were never counted: the best
+    from the attack's own queries stands."""
+    if not _has(t, "returned_fallback"):
+        return []
+    out = []
+    for key, g in t[_fallback(t)].groupby(JOB_KEY, sort=True):
+        if len(g) < FALLBACK_MIN_IMAGES:
+            continue
+        n = int(((t["model"] == key[0]) & (t["norm"] == key[1]) & (t["implementation"] == key[2])
+                 & (t["library_version"] == key[3])).sum())
+        kinds = g["returned_fallback"].astype(str).value_counts()
+        what = "; ".join(f"{k} (counted on none of its {v} images here)" for k, v in kinds.head(3).items())
+        target = " (a targeted run: not a target it ignored, a default it returned)" if bool(g["targeted"].any()) else ""
+        out.append(_finding(key, "fallback_output", (
+            f"returned a default output instead of a search result on {len(g)} of {n} images, one the model "
+            f"misclassifies{target}: {what}; the best of its own queries stands: "
+            f"images {sample_list(g['sample'])}")))
+    return out
+
+
+def success_ignores_target(t: pd.DataFrame) -> list[dict]:
+    """Targeted runs, per job: the images on which the attack's own queries reached the target
+    (a finite best) but its returned output is not the target (``returned_class``, whatever class
+    it is; a fallback output is ``fallback_output``'s), against a binomial with the sound rate of
+    its kind (``TARGET_KEPT_NULL_RATE``); BH over the report, q < ``ALPHA`` and at least
+    ``TARGET_KEPT_MIN_IMAGES`` images make a ``label_bug``."""
+    if not (len(t) and t["targeted"].any() and _has(t, "returned_class")):
+        return []
+    rows = t[(t["status"] == "ok") & np.isfinite(t["best_distance"]) & (t["best_distance"] > 0) & ~_fallback(t)]
+    cls = pd.to_numeric(rows["returned_class"], errors="coerce").fillna(-1).astype(int)
+    rows = rows.assign(cls=cls, kept=cls != rows["target"].astype(int))
+    tested = []
+    for key, g in rows.groupby(JOB_KEY, sort=True):
+        k, n = int(g["kept"].sum()), len(g)
+        rate = TARGET_KEPT_NULL_RATE.get(str(g["kind"].iat[0]), TARGET_KEPT_NULL_RATE["minimal"])
+        tested.append((key, g, k, n, rate, float(sps.binom.sf(k - 1, n, rate)) if k else 1.0))
+    out = []
+    q = benjamini_hochberg([c[-1] for c in tested]) if tested else []
+    for (key, g, k, n, rate, p), qv in zip(tested, q):
+        if not (qv < ALPHA and k >= TARGET_KEPT_MIN_IMAGES):
+            continue
+        bad = g[g["kept"]]
+        at_label = int((bad["cls"] == bad["label"].astype(int)).sum())
+        examples = "; ".join(f"image {sample_list([r.sample])}: returned class {r.cls}, target {int(r.target)}"
+                             for r in bad.head(3).itertuples(index=False))
+        out.append(_finding(key, "label_bug", (
+            f"success test ignores the target: its queries reached the target on {n} images, but it returned an "
+            f"output outside the target on {k} of them ({at_label} still at the label); a sound {g['kind'].iat[0]} "
+            f"attack does on {rate:.0%}, p = {p:.2g}, BH q = {qv:.2g} over the report: {examples}")))
     return out
 
 
@@ -162,4 +255,4 @@ def defect_findings(t: pd.DataFrame) -> list[dict]:
             unused.append(f)
         else:
             cause["evidence"] += f"; in the batch it also leaves ε unused: {f['evidence']}"
-    return out_of_ball(t) + unused + batch + targets_ignored(t)
+    return out_of_ball(t) + unused + batch + targets_ignored(t) + success_ignores_target(t) + fallback_output(t)

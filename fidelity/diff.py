@@ -38,6 +38,7 @@ from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, with
 from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, pair_values
 from .evidence_text import shown_text
 from .sample_size import decision_text
+from . import eps_use
 from .flags import flags as compute_flags
 from .optimality import optimality
 from .stats import ALPHA, holm
@@ -52,7 +53,7 @@ from .summary import REF_EPS
 #: objective) and ``batch_dependence`` (valid results that depend on the rest of the batch: a
 #: systematic fault, unlike the 1 of ``nondeterminism``'s unseeded noise) (2)
 SEVERITY: dict[str, int] = {"crash": 3, "timeout": 3, "invalid": 3, "out_of_box": 3, "out_of_ball": 3,
-                            "label_bug": 3, "silent_failure": 3, "below_exact": 3, "shift_sensitivity": 2,
+                            "label_bug": 3, "fallback_output": 3, "silent_failure": 3, "below_exact": 3, "shift_sensitivity": 2,
                             "eps_unused": 2, "batch_dependence": 2, "below_expected_strength": 2,
                             "last_not_best": 1, "budget_overrun": 1, "nondeterminism": 1, "optimality_gap": 1}
 #: flags that count in a verdict (every flag with a severity) ...
@@ -230,7 +231,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
          by_model: bool = False, eps_max: Mapping[str, float] | None = None,
          ref_eps: Mapping[str, float] | None = None, flags_a: pd.DataFrame | None = None,
          flags_b: pd.DataFrame | None = None, dataset_images: int | None = None,
-         style: str = "cli") -> pd.DataFrame:
+         style: str = "cli", eps: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per (norm, implementation) — and per model when ``by_model`` (``model`` is "*" otherwise):
     ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after. ξ and ASR are against the
     joint envelope (NaN on the side that did not run a ``new``/``removed`` implementation); the
@@ -300,7 +301,10 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                      "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
                      "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),
                      "verdict": verdict, "reason": reason, "_fa": fa, "_fb": fb, "_res": res, "_own": own})
-    return _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images, style)
+    out = _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images, style)
+    # ε use of fixed-ε attacks (fidelity/eps_use.py; ``eps``: the ε per norm it reads robust
+    # accuracy at, default the reference ε): computed apart, its material changes merged
+    return eps_use.merge(out, eps_use.eps_use(sides["a"], sides["b"], {**refs, **(eps or {})}, alpha=alpha))
 
 
 def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_images: int | None = None,

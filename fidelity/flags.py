@@ -30,7 +30,7 @@ from .twins import twin_findings
 from .strength import below_expected_strength
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
-         "out_of_ball", "eps_unused", "batch_dependence",  # defects.py
+         "out_of_ball", "eps_unused", "batch_dependence", "fallback_output",  # defects.py
          "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
          "below_expected_strength")
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",

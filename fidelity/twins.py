@@ -39,21 +39,30 @@ from .stats import ALPHA
 #: relative tolerance per kind: permuting logits is exact in float arithmetic (measured ≤ 1.1e-6);
 #: a shift changes float32 log-softmax values (measured ≤ 2.7% for sound non-sign attacks)
 #: a batch of one changes a sound deterministic attack by float noise only (≤ 1e-6 relative)
-RTOL = {"perm": 0.01, "shift": 0.05, "split": 0.01, "seed": 0.01}
+RTOL = {"perm": 0.01, "shift": 0.05, "split": 0.01, "seed": 0.01, "batch": 0.01}
 #: null rate of differing images per kind without a seed twin: above the measured noise of sound
 #: deterministic attacks (perm: 0 of 12–16 images; shift: 0–1 of 12, 3 of 12 for a one-step FGM;
 #: split: 0 of 8 images, 5% as for the perm twin, room for one divergent bisection path)
-NULL_RATE = {"perm": 0.05, "shift": 0.15, "split": 0.05}
+NULL_RATE = {"perm": 0.05, "shift": 0.15, "split": 0.05, "batch": 0.05}
 #: the flag each kind raises, and the families a kind says nothing about
-FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity", "split": "batch_dependence"}
-EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"}), "split": frozenset()}
-MIN_IMAGES = {"perm": 2, "shift": 1, "split": 2}
+FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity", "split": "batch_dependence",
+           "batch": "batch_dependence"}
+EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"}), "split": frozenset(), "batch": frozenset()}
+MIN_IMAGES = {"perm": 2, "shift": 1, "split": 2, "batch": 2}
+#: batch twins (split, batch): an image whose best sits at an exact decision boundary on either
+#: side (``best_margin``, the success margin over the largest |logit|, at most this) is left out:
+#: which side of the boundary float rounding puts it depends on the summation order, i.e. on the
+#: batch (ART's DeepFool steps exactly onto the boundary of a ReLU network and overshoots after)
+BOUNDARY_MARGIN = 1e-5
+BATCH_KINDS = frozenset({"split", "batch"})
 WHAT = {"perm": "same network with its classes renamed, labels and targets mapped alike: the result depends on "
                 "class indices, i.e. on how the attack handles labels",
         "shift": "same decisions, logits shifted per sample",
-        "split": "the same attack called on one image at a time: the result depends on the rest of the batch"}
+        "split": "the same attack called on one image at a time: the result depends on the rest of the batch",
+        "batch": "the same images in another batch arrangement (reversed, half batches): the result depends on "
+                 "the rest of the batch"}
 #: how an example image's two distances are named per kind (base, twin)
-EXAMPLE_WORDS = {"split": ("in the batch", "alone")}
+EXAMPLE_WORDS = {"split": ("in the batch", "alone"), "batch": ("in the batch", "rearranged")}
 
 
 def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
@@ -68,14 +77,24 @@ def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
 def _pairs(t: pd.DataFrame) -> pd.DataFrame:
     """Rows of every twin joined to its base model's rows: base, twin, kind, norm, impl key,
     family, sample, best_distance (base), best_distance_twin."""
+    t = t.assign(**{c: t[c] if c in t.columns else v for c, v in (("best_margin", np.nan), ("rng_used", False))})
     twins = t[t["model"].map(is_twin)]
-    cols = ["norm", *IMPL_KEY, "sample", "best_distance"]
+    cols = ["norm", *IMPL_KEY, "sample", "best_distance", "best_margin", "rng_used"]
     if twins.empty:
-        return pd.DataFrame(columns=["base", "model", "kind", "family", *cols, "best_distance_twin"])
+        return pd.DataFrame(columns=["base", "model", "kind", "family", *cols,
+                                     *[f"{c}_twin" for c in cols[-3:]]])
     twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
     base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
-    return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-1]],
+    return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-3]],
                                                                    suffixes=("_twin", ""))
+
+
+def at_boundary(g: pd.DataFrame) -> np.ndarray:
+    """(n,) bool over a ``_pairs`` group: the base's or the twin's best is an exact
+    decision-boundary point (|``best_margin``| ≤ ``BOUNDARY_MARGIN``; NaN: no best, or an old run)."""
+    m = np.abs(pd.to_numeric(g["best_margin"], errors="coerce").to_numpy(float))
+    mt = np.abs(pd.to_numeric(g["best_margin_twin"], errors="coerce").to_numpy(float))
+    return (m <= BOUNDARY_MARGIN) | (mt <= BOUNDARY_MARGIN)
 
 
 def _farther_than_seed(base: np.ndarray, twin: np.ndarray, seed: np.ndarray, d: np.ndarray,
@@ -95,7 +114,24 @@ def _differs_more_than_seed(base: np.ndarray, twin: np.ndarray, seed: np.ndarray
 
 
 #: the test against the seed twin per kind (module docstring)
-AGAINST_SEED = {"perm": _farther_than_seed, "shift": _farther_than_seed, "split": _differs_more_than_seed}
+AGAINST_SEED = {"perm": _farther_than_seed, "shift": _farther_than_seed, "split": _differs_more_than_seed,
+                "batch": _differs_more_than_seed}
+
+
+def _floor(g: pd.DataFrame, floor: pd.Series | None, kind: str) -> tuple[pd.Series | None, bool]:
+    """(the seed twin's distances to judge ``g`` against, or None: a null rate; whether not to
+    judge at all). A seed twin that equals the model on every image it ran measured a deterministic
+    attack (``M~seed`` is then the model again): no floor. On the batch twins an attack that moved a
+    global random state (``rng_used``, measured by the job whatever its spec declares) and has no
+    seed twin is not judged: its draws depend on the batch, and nothing says how much that moves it."""
+    if floor is not None:
+        s = floor.reindex(g["sample"].to_numpy()).to_numpy(float)
+        ran = ~np.isnan(s)
+        if not differs(g["best_distance"].to_numpy()[ran], s[ran], RTOL["seed"]).any():
+            return None, False
+        return floor, False
+    randomised = bool(g["rng_used"].fillna(False).astype(bool).any() or g["rng_used_twin"].fillna(False).astype(bool).any())
+    return None, kind in BATCH_KINDS and randomised
 
 
 def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFrame:
@@ -112,9 +148,13 @@ def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFram
         if kind not in FLAG_OF or kind not in kinds or str(g["family"].iloc[0]) in EXEMPT[kind]:
             continue
         g = g.sort_values("sample")
+        floor, skip = _floor(g, seed.get((b, norm, impl, version)), kind)
+        if skip:
+            continue
+        if kind in BATCH_KINDS:
+            g = g[~at_boundary(g)]
         base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         d = differs(base, other, RTOL[kind])
-        floor = seed.get((b, norm, impl, version))
         if floor is not None:
             s = floor.reindex(g["sample"].to_numpy()).to_numpy(float)
             d_seed = differs(base, s, RTOL[kind]) & ~np.isnan(s)  # an image the seed twin lacks is no noise

@@ -51,7 +51,10 @@ class BallRecord:
     largest ε at which the returned row was moved (distance > 0) but not adversarial, and its
     distance / ε there (NaN when none: a row returned unchanged says nothing about how far the
     attack went). ``widest``: the row returned at the largest ε tried (the input before any call),
-    N×…, so the job can say which class the attack's output reached.
+    N×…, so the job can say which class the attack's output reached. ``success_eps``: the smallest
+    ε whose returned row was adversarial inside the ball (inf: none); ``ratio_sum``: the sum of
+    distance / ε over its calls (fidelity/eps_use.py reads the mean). ``fallback``: per sample, ""
+    or the first default output the job put back to the input (harness/measure/fallback.py).
     """
 
     calls: Tensor
@@ -62,6 +65,9 @@ class BallRecord:
     fail_ratio: Tensor
     widest: Tensor
     widest_eps: Tensor
+    success_eps: Tensor
+    ratio_sum: Tensor
+    fallback: list[str]
 
     @classmethod
     def empty(cls, inputs: Tensor) -> "BallRecord":
@@ -69,14 +75,25 @@ class BallRecord:
         n = len(inputs)
         nan = torch.full((n,), float("nan"))
         return cls(torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long), torch.zeros(n),
-                   nan.clone(), nan.clone(), nan.clone(), inputs.detach().cpu().clone(), torch.zeros(n))
+                   nan.clone(), nan.clone(), nan.clone(), inputs.detach().cpu().clone(), torch.zeros(n),
+                   torch.full((n,), float("inf")), torch.zeros(n, dtype=torch.float64), [""] * n)
+
+    def note_fallback(self, idx: Tensor, words: list[str]) -> None:
+        """Samples ``idx`` (K) got the default outputs ``words`` (K, "" for none) in one call."""
+        for i, w in zip(idx.tolist(), words):
+            if w and not self.fallback[i]:
+                self.fallback[i] = w
 
     def add(self, idx: Tensor, eps: Tensor, dist: Tensor, adversarial: Tensor, rows: Tensor) -> None:
         """One call on samples ``idx`` (K) at ``eps`` (K): returned ``rows`` (K×…) at ``dist`` (K),
         ``adversarial`` (K bools) by the search's success check."""
         ratio = dist / eps
         self.calls[idx] += 1
-        self.out[idx] += (~inside_ball(dist, eps)).long()
+        inside = inside_ball(dist, eps)
+        self.out[idx] += (~inside).long()
+        self.ratio_sum[idx] += ratio.double()
+        ok = adversarial & inside
+        self.success_eps[idx[ok]] = torch.minimum(self.success_eps[idx[ok]], eps[ok].to(self.success_eps.dtype))
         worse = ratio > self.worst_ratio[idx]
         self.worst_ratio[idx[worse]], self.worst_eps[idx[worse]] = ratio[worse], eps[worse]
         failed = ~adversarial & (dist > 0) & ~(eps <= self.fail_eps[idx])  # NaN compares false: first one

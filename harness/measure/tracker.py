@@ -70,6 +70,9 @@ from torch import Tensor, nn
 from attackaudit.measure.attribution import BOX_MARGIN, Attribution, anchor_reach, linf_box
 from attackaudit.measure.best_keeper import BOX_TOLERANCE, KEEP_BESTS, BestKeeper
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
+from attackaudit.measure.distance import lp_norm
+from attackaudit.measure.fallback import default_outputs
+from attackaudit.measure.success import is_success
 from attackaudit.measure.query_ledger import REFUSAL_SCALE, QueryLedger
 from attackaudit.measure.query_window import DEFERRED_BYTES, DEFERRED_QUERIES, QueryWindow
 
@@ -367,18 +370,62 @@ class QueryTracker(nn.Module):
             self.on_progress(self._ledger.max_used)
         self._keeper.offer_window(rows, logits, owners)
 
-    def offer(self, adversarial: Tensor) -> Tensor:
+    def offer(self, adversarial: Tensor, exclude: Tensor | None = None) -> Tensor:
         """Consider the attack's returned batch (N×…) as best candidates, without counting it.
 
         A one-step attack never queries its final point; that point is still an adversarial the
-        attack found within its budget. Returns the harness's own success mask for it.
+        attack found within its budget. ``exclude`` (N bools, ``fallbacks``): rows that are not
+        offered and never count. Returns the harness's own success mask for it (False where excluded).
         """
         rows = adversarial.detach().reshape(len(self._flat), -1).to(self._flat.dtype)
         with torch.no_grad():
             logits = self.model(adversarial.detach().to(self.inputs.dtype))
         self._finish()
-        self._keeper.offer(rows, logits, self._arange)
-        return self._keeper.is_adversarial(logits, self._arange)
+        allowed = True if exclude is None else ~exclude.to(self._flat.device)
+        self._keeper.offer(rows, logits, self._arange, allowed)
+        success = self._keeper.is_adversarial(logits, self._arange)
+        return success if allowed is True else success & allowed
+
+    def fallbacks(self, returned: Tensor, idx: Tensor | None = None,
+                  closer_only: bool = True) -> tuple[Tensor, list[str]]:
+        """Which rows the attack returned for samples ``idx`` (B; None: all N, in order) are
+        fallbacks (harness/measure/fallback.py): a default output (shared by images, or a constant
+        image) that is adversarial on the unwrapped model (uncounted) and, with ``closer_only``,
+        closer than every adversarial the queries so far found, so never among them (a fixed-ε
+        call's default is a fallback wherever it lies: the search would take it for the call's
+        success); in a targeted run also one misclassified as a third class (it would read as a
+        target ignored). (B bools, B descriptions)."""
+        idx = self._arange if idx is None else idx.to(self._flat.device)
+        rows = returned.detach().reshape(len(idx), -1).to(self._flat.dtype).clamp(0, 1)
+        default, words = default_outputs(rows, self._flat[idx])
+        if not bool(default.any()):
+            return default, words
+        with torch.no_grad():
+            logits = self.model(rows.view((len(idx),) + tuple(self._shape[1:])))
+        hit = self._keeper.is_adversarial(logits, idx)
+        mask = default & hit
+        if closer_only:
+            mask &= lp_norm(rows - self._flat[idx], self.norm) < self.best_distance[idx]
+        if self.targets is not None:  # a default in a third class is no ignored target: name it
+            mask |= default & ~hit & is_success(logits, self.labels[idx], None)
+        return mask, [w if m else "" for w, m in zip(words, mask.tolist())]
+
+    def best_margin(self) -> Tensor:
+        """Per sample (N), the success margin of the best on the unwrapped model (uncounted), over
+        its largest |logit|: the winning logit minus the one it must beat (target minus the largest
+        other when targeted, the largest other minus the label's when not); NaN without a best.
+        About 0 (float rounding) is an exact decision-boundary point."""
+        best = self.best_adversarial
+        with torch.no_grad():
+            z = self.model(best.to(self.inputs.dtype)).double()
+        if self.targets is not None:
+            goal = z.gather(1, self.targets.view(-1, 1)).squeeze(1)
+            margin = goal - z.scatter(1, self.targets.view(-1, 1), float("-inf")).amax(1)
+        else:
+            own = z.gather(1, self.labels.view(-1, 1)).squeeze(1)
+            margin = z.scatter(1, self.labels.view(-1, 1), float("-inf")).amax(1) - own
+        scale = z.abs().amax(1).clamp_min(1e-12)
+        return torch.where(torch.isfinite(self.best_distance), margin / scale, torch.full_like(margin, float("nan")))
 
     def recheck(self) -> Tensor:
         """End of job: evaluate each sample's best on the unwrapped model, uncounted; one that is

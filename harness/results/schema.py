@@ -1,12 +1,24 @@
 """The per-sample result schema (docs/architecture.md "The result schema"), torch-free so fidelity can share it."""
 
+#: evidence for fallback outputs, batch composition and ε use (absent in older runs, where those
+#: rules do not apply): ``returned_fallback``, "" or what the attack returned instead of a search
+#: result that would have counted as broken (a default output: "all-zero image", "constant 0.5
+#: image", "one output shared by 5 images"; harness/measure/fallback.py), never counted;
+#: ``best_margin``, the best's success margin on the unwrapped model relative to its largest logit
+#: (NaN without a best; ~0: an exact decision-boundary point); ``rng_used``, whether the attack
+#: call moved the global random state of torch, NumPy or ``random`` (measured, not declared);
+#: ``eps_success``, the smallest ε a fixed-ε attack was called with whose returned row was
+#: adversarial inside the ball (inf: none; NaN: a minimal attack), and ``ball_mean_ratio``, the
+#: mean returned-row distance / ε over its calls (fidelity/eps_use.py)
+FALLBACK_COLUMNS = ["returned_fallback", "best_margin", "rng_used", "eps_success", "ball_mean_ratio"]
+
 #: per-sample evidence for the defect rules of fidelity/defects.py (absent in older runs, where
 #: those rules do not apply): the class the attack's output reached (``returned_class``; −1 for
 #: none or a tie), and what a fixed-ε attack returned for the balls the minimal-ε search gave it
 #: (harness/measure/minimal.py ``BallRecord``: calls, calls outside the ball, the largest distance/ε and
 #: its ε, the largest ε at which a moved row failed and its distance/ε; 0 and NaN for minimal attacks)
 DEFECT_COLUMNS = ["returned_class", "ball_calls", "ball_out", "ball_worst_ratio", "ball_worst_eps",
-                  "eps_fail_max", "eps_fail_ratio"]
+                  "eps_fail_max", "eps_fail_ratio", *FALLBACK_COLUMNS]
 
 ROW_COLUMNS = [
     "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",

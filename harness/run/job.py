@@ -154,6 +154,13 @@ def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, label
         problem = output_problem(adv, x)
         if problem:
             raise InvalidOutput(problem)
+        # a default output (zeros, a constant, one row for several images) is the call's failure,
+        # never its success: put back the input before the search checks it (fallback_output)
+        fallback, words = tracker.fallbacks(adv, idx, closer_only=False)
+        if bool(fallback.any()):
+            adv = torch.where(fallback.view(-1, *[1] * (adv.dim() - 1)).to(adv.device), x.to(adv.dtype), adv)
+            if record is not None:
+                record.note_fallback(idx.cpu(), words)
         return adv
 
     def success(x: Tensor, idx: Tensor) -> Tensor:
@@ -209,20 +216,39 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     if job.model.endswith(PERM_SUFFIX):  # the twin's classes are σ of the base model's
         labels, targets = perm_twin_classes(model, inputs, labels, criterion.targets, clean_logits)
         criterion = as_criterion(targets)
+    order = twins.arrangement(job.model, len(labels))  # the batch-composition twin's order
+    indices = subset.indices
+    if order is not None:
+        inputs, labels, criterion, indices = inputs[order], labels[order], criterion.take(order), indices[order.numpy()]
+        clean_logits = None  # computed in other batches: the tracker takes its own clean forward
     start = time.perf_counter()
+    before = rng_state()
     outcomes = _attack_batches(job, spec, model, inputs, labels, criterion, log, progress, clean_logits)
+    rng_used = rng_state() != before
     wall = time.perf_counter() - start
     frames = [_batch_frame(o, spec, inputs[o.rows], labels[o.rows], criterion.take(o.rows),
-                           subset.indices[o.rows.start:o.rows.stop]) for o in outcomes]
+                           indices[o.rows.start:o.rows.stop]) for o in outcomes]
     rows = pd.concat(frames, ignore_index=True)
+    if order is not None:  # back in the subset's order
+        rows = rows.iloc[np.argsort(order.numpy(), kind="stable")].reset_index(drop=True)
     rows = rows.assign(
         run=job.run, job_id=job.job_id, model=job.model, dataset=subset.dataset,
         subset_hash=subset.hash, library=spec.library, library_version=library_version,
         attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm,
         kind=spec.kind.value, params_hash=spec.params_hash,
         params=json.dumps(dict(spec.params), sort_keys=True, default=str),
-        targeted=job.targeted, budget=job.budget, wall_s=wall)
+        targeted=job.targeted, budget=job.budget, wall_s=wall, rng_used=rng_used)
     return rows[ROW_COLUMNS]
+
+
+def rng_state() -> tuple:
+    """The global random states an attack may draw from (torch's CPU and CUDA generators, NumPy's,
+    Python's ``random``), comparable with ``==``: an attack that moved one of them is randomised,
+    whatever its spec declares (``rng_used``)."""
+    cuda = tuple(bytes(s.numpy()) for s in torch.cuda.get_rng_state_all()) if torch.cuda.is_initialized() else ()
+    state = np.random.get_state()
+    return (bytes(torch.get_rng_state().numpy()), cuda, state[0], bytes(state[1].tobytes()), state[2:],
+            random.getstate())
 
 
 def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor,
@@ -231,7 +257,7 @@ def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor
     """The attack on each batch of the job (``twins.batch_size``), one fresh tracker per batch."""
     n = len(labels)
     outcomes = []
-    for sl in _batches(n, twins.batch_size(job.model, job.batch_size)):
+    for sl in _batches(n, twins.batch_size(job.model, job.batch_size, n)):
         on_queries = None
         if progress is not None:
             def on_queries(used: int, done: int = sl.start) -> None:
@@ -269,9 +295,13 @@ def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, 
     status, error = _batch_status(outcome, x)
     ret_adv = np.zeros(n, dtype=bool)
     ret_dist = np.full(n, np.inf)
+    fallback = outcome.record.fallback if outcome.record is not None else [""] * n
     if status == "ok":
         adv = outcome.returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
-        ret_adv = tracker.offer(adv).cpu().numpy()
+        # a default output closer than anything the queries found never counts (fallback_output)
+        excluded, words = tracker.fallbacks(adv)
+        fallback = [w or f for w, f in zip(words, fallback)]
+        ret_adv = tracker.offer(adv, exclude=excluded).cpu().numpy()
         dist = lp_norm(adv - x, spec.norm).cpu().numpy().astype(float)
         ret_dist = np.where(ret_adv, dist, np.inf)
     dropped = tracker.recheck()  # a best that is not adversarial on the model is not reported
@@ -294,6 +324,8 @@ def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, 
         "status": status,
         "error": error,
         **_defect_columns(tracker, x, outcome.returned if status == "ok" else None, outcome.record),
+        "returned_fallback": fallback,
+        "best_margin": tracker.best_margin().cpu().numpy().astype(float),
     })
 
 
@@ -322,11 +354,14 @@ def _defect_columns(tracker: QueryTracker, x: Tensor, returned: Tensor | None,
     if record is None:
         nan = np.full(n, np.nan)
         return {"returned_class": returned_class, "ball_calls": np.zeros(n, dtype=int), "ball_out": np.zeros(n, dtype=int),
-                "ball_worst_ratio": nan, "ball_worst_eps": nan, "eps_fail_max": nan, "eps_fail_ratio": nan}
-    return {"returned_class": returned_class, "ball_calls": record.calls.numpy(), "ball_out": record.out.numpy(),
+                "ball_worst_ratio": nan, "ball_worst_eps": nan, "eps_fail_max": nan, "eps_fail_ratio": nan,
+                "eps_success": nan, "ball_mean_ratio": nan}
+    calls = record.calls.numpy()
+    return {"returned_class": returned_class, "ball_calls": calls, "ball_out": record.out.numpy(),
             **{column: getattr(record, name).numpy().astype(float) for column, name in (
                 ("ball_worst_ratio", "worst_ratio"), ("ball_worst_eps", "worst_eps"),
-                ("eps_fail_max", "fail_eps"), ("eps_fail_ratio", "fail_ratio"))}}
+                ("eps_fail_max", "fail_eps"), ("eps_fail_ratio", "fail_ratio"), ("eps_success", "success_eps"))},
+            "ball_mean_ratio": np.where(calls > 0, record.ratio_sum.numpy() / np.maximum(calls, 1), np.nan)}
 
 
 def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: AttackSpec | None = None,
@@ -347,6 +382,8 @@ def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: Attack
         "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
         "status": status, "error": error, "wall_s": 0.0, "returned_class": -1, "ball_calls": 0, "ball_out": 0,
         "ball_worst_ratio": np.nan, "ball_worst_eps": np.nan, "eps_fail_max": np.nan, "eps_fail_ratio": np.nan,
+        "returned_fallback": "", "best_margin": np.nan, "rng_used": False, "eps_success": np.nan,
+        "ball_mean_ratio": np.nan,
     })[ROW_COLUMNS]
 
 

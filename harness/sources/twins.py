@@ -10,13 +10,21 @@
 - ``M~split`` (the batch-split twin): the attack called on one sample at a time (batch size 1,
   whatever ``--batch-size`` says). A sound attack's result for a sample does not depend on the
   rest of the batch; a step size, stopping test or normalisation computed over the batch does.
+  The strict check, but one call per image: on a few images (``split_samples``).
+- ``M~batch`` (the batch-composition twin): every image of the run, in another arrangement: the
+  order reversed and the batches half as large (``arrangement``, ``batch_size``), so every image
+  shares its calls with other images than on ``M``. One job: it costs about what ``M``'s does.
 
-``--metamorphic`` adds both on the first real model of the run (``run_twin_models``), beside the
-model twins ``~shift`` and ``~perm`` on every model (``attackaudit.sources.zoo``).
+``--metamorphic`` adds all three on the first real model of the run (``run_twin_models``), beside
+the model twins ``~shift`` and ``~perm`` on every model (``attackaudit.sources.zoo``). Whether an
+attack is randomised is measured by the job (``rng_used``: its call moved a global random state);
+``RANDOMISED_BUILTINS`` and a plugin's ``randomised`` only decide which specs get a seed twin.
 """
 from __future__ import annotations
 
-from attackaudit.sources.zoo import RUN_TWIN_SUFFIXES, SEED_SUFFIX, SPLIT_SUFFIX, twin_of
+import torch
+
+from attackaudit.sources.zoo import BATCH_SUFFIX, RUN_TWIN_SUFFIXES, SEED_SUFFIX, SPLIT_SUFFIX, twin_of
 
 #: the seed twin's global seed and ``seed`` parameter are the job's plus this
 SEED_OFFSET = 1
@@ -37,10 +45,30 @@ RANDOMISED_BUILTINS = frozenset({
 })
 
 
+#: built-ins that move a global random state (torch's) in their call although their results did
+#: not depend on the seed (measured as above, ``rng_used``; ART builds its classifier wrapper, and
+#: foolbox's DDN and adv-lib's VFGA draw numbers they never use on the digits): they get a seed twin
+#: too, so that the batch twins, which see ``rng_used``, have a measured floor (a seed twin equal to
+#: its model on every image says "deterministic": fidelity/twins.py)
+RNG_MOVING_BUILTINS = frozenset({
+    "adv_lib/vfga", "foolbox/DDNAttack", "art/BasicIterativeMethod", "art/CarliniL2Method",
+    "art/CarliniLInfMethod", "art/DeepFool", "art/ElasticNet", "art/ProjectedGradientDescent",
+})
+BUILTIN_LIBRARY_NAMES = frozenset({"adv_lib", "foolbox", "art", "torchattacks", "cleverhans"})
+
+
 def is_randomised(spec) -> bool:
     """Whether ``spec``'s results depend on the seed: a spec that says so (``randomised=True``,
     for plugins) or a measured built-in (``RANDOMISED_BUILTINS``)."""
     return bool(getattr(spec, "randomised", False)) or spec.implementation in RANDOMISED_BUILTINS
+
+
+def needs_seed_twin(spec) -> bool:
+    """Whether ``--metamorphic`` gives ``spec`` a seed twin: randomised ones, built-ins that move a
+    global random state (``RNG_MOVING_BUILTINS``), and every plugin spec, declared or not (whether
+    a plugin draws random numbers is measured on its rows, ``rng_used``, never taken from its spec)."""
+    return (is_randomised(spec) or spec.implementation in RNG_MOVING_BUILTINS
+            or spec.library not in BUILTIN_LIBRARY_NAMES)
 
 
 def run_twin(model: str) -> str:
@@ -56,8 +84,8 @@ def run_twin_models(models: list[str]) -> list[str]:
 
 
 def has_job(model: str, spec) -> bool:
-    """Whether the grid holds a job for ``spec`` on ``model``: a seed twin only for randomised specs."""
-    return run_twin(model) != SEED_SUFFIX or is_randomised(spec)
+    """Whether the grid holds a job for ``spec`` on ``model``: a seed twin only where ``needs_seed_twin``."""
+    return run_twin(model) != SEED_SUFFIX or needs_seed_twin(spec)
 
 
 def attack_seed(model: str, seed: int) -> int:
@@ -72,9 +100,22 @@ def twin_spec(spec, model: str):
     return spec
 
 
-def batch_size(model: str, requested: int) -> int:
-    """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all)."""
-    return 1 if run_twin(model) == SPLIT_SUFFIX else requested
+def batch_size(model: str, requested: int, samples: int = 0) -> int:
+    """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all;
+    ``samples``: the job's images, for the batch-composition twin's half batches)."""
+    twin = run_twin(model)
+    if twin == SPLIT_SUFFIX:
+        return 1
+    if twin == BATCH_SUFFIX:
+        whole = requested if 0 < requested < samples or not samples else samples
+        return max(1, (whole + 1) // 2) if whole else 0
+    return requested
+
+
+def arrangement(model: str, n: int) -> torch.Tensor | None:
+    """The order in which a job on ``model`` hands its ``n`` images to the attack: reversed on the
+    batch-composition twin (None elsewhere: the subset's order)."""
+    return torch.arange(n - 1, -1, -1) if run_twin(model) == BATCH_SUFFIX else None
 
 
 def twin_samples(model: str, samples: int, split_samples: int) -> int:

@@ -10,6 +10,15 @@ tests/test_defects.py. Each is a few signed-gradient steps, so the tests stay ch
   batch of N, about 1/√N of it.
 - ``untargeted_walk`` (minimal) and ``untargeted_pgd`` (fixed-ε): targets ignored: a targeted call
   walks away from the true class as an untargeted one does.
+- ``zero_fallback`` (minimal) and ``zero_fallback_pgd`` (fixed-ε): ``fallback_output``: a sound
+  walk / PGD that returns an all-zero image for every image it failed on (foolbox's C&W default).
+- ``label_keeper``: ``label_bug`` (success test ignores the target): a targeted walk that reaches the
+  target but keeps, as its result, the last point still classified as the label (its success test
+  compares the prediction with the label, ``==`` where ``!=`` of the target was meant).
+- ``batch_stop``: ``batch_dependence`` on the batch-composition twin: a walk whose early stop is
+  batch-wide (it stops every image as soon as one image of the batch is misclassified).
+- ``half_ball``: ε use: sound PGD steps projected onto half of the ε-ball (a release that stops at a
+  fraction of ε; minimal distances found by the ε search stay about the same).
 """
 from functools import partial
 
@@ -98,6 +107,69 @@ def untargeted_pgd(model, inputs, labels, *, eps, targeted=False, targets=None, 
     return pgd(model, inputs, labels, eps=eps, steps=steps)
 
 
+def _walk(model, inputs, labels, targeted, targets, steps, alpha):
+    """Signed steps towards the target (or away from the label); per image the first point that is
+    adversarial, and whether there was one."""
+    aim, towards = _aim(labels, targeted, targets)
+    x, found = inputs.clone(), inputs.clone()
+    hit = torch.zeros(len(inputs), dtype=torch.bool, device=inputs.device)
+    for _ in range(steps):
+        x = (x + alpha * _grad(model, x, aim, towards).sign()).clamp(0, 1)
+        with torch.no_grad():
+            pred = model(x).argmax(1)
+        first = ~hit & ((pred == targets) if targeted else (pred != labels))
+        found[first], hit = x[first], hit | first
+    return found, hit
+
+
+def zero_fallback(model, inputs, labels, *, targeted=False, targets=None, steps=3, alpha=0.01):
+    """fallback_output (minimal): a short walk; images it failed on get an all-zero image."""
+    found, hit = _walk(model, inputs, labels, targeted, targets, steps, alpha)
+    return torch.where(hit.view(-1, 1, 1, 1), found, torch.zeros_like(found))
+
+
+def zero_fallback_pgd(model, inputs, labels, *, eps, targeted=False, targets=None, steps=3):
+    """fallback_output (fixed-ε): PGD that returns an all-zero image where its last iterate failed."""
+    x = pgd(model, inputs, labels, eps=eps, targeted=targeted, targets=targets, steps=steps)
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    ok = (pred == targets) if targeted else (pred != labels)
+    return torch.where(ok.view(-1, 1, 1, 1), x, torch.zeros_like(x))
+
+
+def label_keeper(model, inputs, labels, *, targeted=False, targets=None, steps=25, alpha=0.01):
+    """Success test ignores the target: walks towards the target (or away from the label), and
+    keeps the last point whose prediction equals the *label* (the wrong comparison)."""
+    aim, towards = _aim(labels, targeted, targets)
+    x, kept = inputs.clone(), inputs.clone()
+    for _ in range(steps):
+        x = (x + alpha * _grad(model, x, aim, towards).sign()).clamp(0, 1)
+        with torch.no_grad():
+            keep = model(x).argmax(1) == labels
+        kept[keep] = x[keep]
+    return kept
+
+
+def batch_stop(model, inputs, labels, *, targeted=False, targets=None, steps=25, alpha=0.01):
+    """batch_dependence: the walk stops for every image as soon as one image of the batch is adversarial."""
+    aim, towards = _aim(labels, targeted, targets)
+    x = inputs.clone()
+    for _ in range(steps):
+        with torch.no_grad():
+            pred = model(x).argmax(1)
+        done = (pred == targets) if targeted else (pred != labels)
+        if done.any():  # a batch-wide stopping test
+            break
+        x = torch.where(done.view(-1, 1, 1, 1), x,
+                        (x + alpha * _grad(model, x, aim, towards).sign()).clamp(0, 1))
+    return x.detach()
+
+
+def half_ball(model, inputs, labels, *, eps, targeted=False, targets=None, steps=10):
+    """ε use: PGD projected onto half of the ε it was given."""
+    return pgd(model, inputs, labels, eps=_ball(eps, inputs) / 2, targeted=targeted, targets=targets, steps=steps)
+
+
 def specs():
     mk = partial(AttackSpec, "defects")
     return [
@@ -109,4 +181,10 @@ def specs():
         mk("untargeted_walk", "walk", "linf", "minimal", {"steps": 25}, partial(untargeted_walk, steps=25)),
         mk("untargeted_pgd", "pgd", "linf", "fixed", {"steps": 10}, partial(untargeted_pgd, steps=10),
            per_sample_eps=True),
+        mk("zero_fallback", "walk", "linf", "minimal", {"steps": 3}, partial(zero_fallback, steps=3)),
+        mk("zero_fallback_pgd", "pgd", "linf", "fixed", {"steps": 3}, partial(zero_fallback_pgd, steps=3),
+           per_sample_eps=True),
+        mk("label_keeper", "walk", "linf", "minimal", {"steps": 25}, partial(label_keeper, steps=25)),
+        mk("batch_stop", "walk", "linf", "minimal", {"steps": 25}, partial(batch_stop, steps=25)),
+        mk("half_ball", "pgd", "linf", "fixed", {"steps": 10}, partial(half_ball, steps=10), per_sample_eps=True),
     ]

@@ -28,10 +28,13 @@ SEED_SUFFIX = "~seed"
 #: suffix of the batch-split twin: the same model and samples, the attack called on one sample at
 #: a time; a sound attack's result for a sample does not depend on the rest of the batch
 SPLIT_SUFFIX = "~split"
+#: suffix of the batch-composition twin: the same model and samples in another batch arrangement
+#: (the order reversed, in batches of half the size): one job, on every image
+BATCH_SUFFIX = "~batch"
 #: twins of the model itself, added on every model by ``--metamorphic``
 MODEL_TWIN_SUFFIXES = (SHIFT_SUFFIX, PERM_SUFFIX)
 #: twins of the way the attack is run (same network), added on one model by ``--metamorphic``
-RUN_TWIN_SUFFIXES = (SEED_SUFFIX, SPLIT_SUFFIX)
+RUN_TWIN_SUFFIXES = (SEED_SUFFIX, SPLIT_SUFFIX, BATCH_SUFFIX)
 #: every twin suffix, in the order ``--metamorphic`` adds them
 TWIN_SUFFIXES = MODEL_TWIN_SUFFIXES + RUN_TWIN_SUFFIXES
 
@@ -136,7 +139,7 @@ def metadata() -> dict:
 
 def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
     """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin, ``NAME~perm`` its
-    class-permutation twin; ``NAME~seed`` and ``NAME~split`` are the model itself (those twins
+    class-permutation twin; ``NAME~seed``, ``NAME~split`` and ``NAME~batch`` are the model itself (those twins
     change how the job runs the attack, not the network)."""
     base = name.removesuffix(twin_of(name))
     if base not in ZOO:
