@@ -304,7 +304,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     out = _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images, style)
     # ε use of fixed-ε attacks (fidelity/eps_use.py; ``eps``: the ε per norm it reads robust
     # accuracy at, default the reference ε): computed apart, its material changes merged
-    return eps_use.merge(out, eps_use.eps_use(sides["a"], sides["b"], {**refs, **(eps or {})}, alpha=alpha))
+    return eps_use.merge(out, eps_use.eps_use(sides["a"], sides["b"], eps_use.at(refs, eps), alpha=alpha))
 
 
 def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_images: int | None = None,

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -142,3 +144,30 @@ def merge(diff: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
         reason = str(r["reason"] or "")
         out.at[i, "reason"] = f"{reason}; {m['evidence']}" if reason else str(m["evidence"])
     return out
+
+
+def parse_eps(values: list[str] | None) -> dict[str, float]:
+    """``--eps`` values (``0.1`` for every norm, or ``linf=0.03``, ``l2=0.5``) as {norm: ε}; a bare
+    value applies to every norm (key "*"). ValueError (one line) naming the bad value."""
+    out: dict[str, float] = {}
+    for text in values or []:
+        norm, _, value = text.rpartition("=")
+        norm = norm.strip().lower() or "*"
+        if norm not in ("*", "l0", "l1", "l2", "linf"):
+            raise ValueError(f"--eps {text!r}: the norm must be l0, l1, l2 or linf (e.g. --eps linf=0.03)")
+        try:
+            eps = float(value)
+        except ValueError:
+            eps = float("nan")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"--eps {text!r}: ε must be a positive number (e.g. --eps linf=0.03)")
+        out[norm] = eps
+    return out
+
+
+
+def at(refs: Mapping[str, float], eps: Mapping[str, float] | None) -> dict[str, float]:
+    """The ε per norm robust accuracy is read at: ``eps`` (``parse_eps``: a norm's own, else the
+    bare "*" value for every norm) over the reference ε ``refs``."""
+    eps = eps or {}
+    return {n: eps.get(n, eps.get("*", refs[n])) for n in set(refs) | (set(eps) - {"*"})}

@@ -205,18 +205,17 @@ def prepare_side(release: Release | str, installed: str, dist: str, library: str
     return Side(version, env, out / f"{library}-{version}")
 
 
-def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None):
+def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, eps: dict[str, float] | None = None):
     """``fidelity.diff`` of two finished sides, the subset hash both attacked and the two result
     tables (the audit page's per-image evidence)."""
     from attackaudit import fidelity
-
     from attackaudit.results.schema import ROW_COLUMNS
 
     table_a, table_b = _table(a, ROW_COLUMNS), _table(b, ROW_COLUMNS)
     hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
     if len(hashes) > 1:
         raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
-    diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta,
+    diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta, eps=eps,
                          flags_a=flags_in_joint_context(table_a, table_b),
                          flags_b=flags_in_joint_context(table_b, table_a))
     return diff, next(iter(hashes), ""), (table_a, table_b)
@@ -288,6 +287,7 @@ class _Plan:
     alpha: float
     min_delta: float | None
     echo: Callable[[str], Any]
+    eps: dict[str, float] | None = None  # ``--eps``: {norm or "*": ε}, fidelity/eps_use.py
 
     def prepare(self, release: Release | str) -> Side:
         return prepare_side(release, self.installed, self.dist, self.library, self.out, self.echo)
@@ -296,11 +296,11 @@ class _Plan:
         run_side(side, self.base, self.library, self.echo)
 
     def compare(self, a: Side, b: Side):
-        return compare_sides(a, b, alpha=self.alpha, min_delta=self.min_delta)
+        return compare_sides(a, b, alpha=self.alpha, min_delta=self.min_delta, eps=self.eps)
 
 
 def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float | None = None,
-          bisect_range: bool = False, echo=print) -> dict:
+          bisect_range: bool = False, echo=print, eps: dict[str, float] | None = None) -> dict:
     """Run the audit; returns the audit.json document. ValueError (one line) for bad input or a
     release that cannot be installed. ``bisect_range``: also find, over the releases between the
     two on the package index, the first at which each changed implementation's verdict changed."""
@@ -312,7 +312,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     out = Path(out)
     # the grid, validated before anything is installed; only ``out`` and ``python`` differ per side
     base = resolve(None, {**flags, "out": str(out / library), "libraries": [library]})
-    plan = _Plan(library, dist, installed, base, out, alpha, min_delta, echo)
+    plan = _Plan(library, dist, installed, base, out, alpha, min_delta, echo, eps)
     between = index_releases(dist, *[r.version for r in named]) if bisect_range else []  # before installs: fail fast
     sides = [plan.prepare(release) for release in named]
     for side in sides:
@@ -436,6 +436,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-delta", dest="min_delta", type=float, default=None,
                    help="materiality margin δ: the smallest per-image relative change in distance that counts "
                         "(default 0.05)")
+    p.add_argument("--eps", action="append", metavar="[NORM=]EPS", help="ε of fixed-ε robust accuracy, e.g. linf=0.03")
     p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
     p.add_argument("--bisect", action="store_true",
                    help="also bisect the releases between the two on the package index: the first release at "
@@ -443,7 +444,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    flags = grid_flags(args)
-    doc = audit(args.releases, args.out, flags, alpha=args.alpha, min_delta=args.min_delta,
-                bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout))
+    from attackaudit.fidelity.eps_use import parse_eps  # ValueError (one line) before anything runs
+    doc = audit(args.releases, args.out, grid_flags(args), alpha=args.alpha, min_delta=args.min_delta,
+                bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout), eps=parse_eps(args.eps))
     return 1 if args.strict and doc["counts"].get("regressed") else 0
