@@ -145,9 +145,19 @@ def test_the_long_run_tells_alpha_from_twice_alpha():
     assert not above_alpha(k - 1, LONG_REPS) and above_alpha(k, LONG_REPS)
 
 
+#: real-noise nulls the rules fail (fidelity/README.md, "Real noise"): deterministic iterative
+#: attacks differ between a batch and one image per call, and on the shift twin, beyond the twin
+#: rules' null rates. Open findings, not calibrated cells: the long run checks they still fail,
+#: so that a fix of the rule (or of the null) is noticed and the README updated
+REAL_OPEN = {("batch_dependence", "real split"), ("batch_dependence", "real split, worst"),
+             ("shift_sensitivity", "real shift"), ("shift_sensitivity", "real shift, worst")}
+
+
 def _check_real(res, power_floors: dict[tuple[str, str], float] | None = None, level: float = LONG_LEVEL):
     assert len(res), "no real-noise cell was run"
     for r in res.itertuples(index=False):
+        if (r.rule, r.scenario) in REAL_OPEN:
+            continue
         if (r.rule, r.scenario) in real_nulls.POWER:
             if power_floors and (r.rule, r.scenario) in power_floors:
                 assert r.rate >= power_floors[(r.rule, r.scenario)], r
@@ -170,6 +180,7 @@ def test_real_noise_fast_subset():
     """Two repetitions of every real-noise group at 16 images on one model (``make test``): each
     null may fire at most once (two of two has p = 0.0025 at α)."""
     res = real_nulls.calibrate_real(2, [16], [1], power=False)
+    assert REAL_OPEN <= set(zip(res["rule"], res["scenario"]))
     assert {"pair", "report"} <= {g for g, names in real_nulls.NAMES.items()
                                   if any((r, s) in set(zip(res["rule"], res["scenario"])) for r, s in names.values())}
     _check_real(res, level=0.01)
@@ -195,6 +206,9 @@ def test_real_defect_last_iterate_is_found():
 def test_long_real_noise_nulls(group):
     res = real_nulls.calibrate_real(LONG_REPS, [16, 64], [1, 3], groups=(group,))
     _check_real(res, {("tied (equivalence)", "real seeds"): 0.3, ("trust exclusion", "real far20"): 0.8})
+    worst = res[[(r, sc) in REAL_OPEN and sc.endswith("worst") for r, sc in zip(res["rule"], res["scenario"])]]
+    for r in worst.itertuples(index=False):  # still an open finding: see REAL_OPEN
+        assert above_alpha(r.fired, r.evaluated), r
 
 
 @pytest.mark.skipif(not LONG, reason="set ATTACKAUDIT_LONG_CALIBRATION=1 (about an hour of CPU)")
