@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
-from .equivalence import ImageBlocks, answer, compare, images_to_decide
+from .sample_size import images_to_decide
+from .equivalence import ImageBlocks, answer, compare
 from .optimality import optimality
 from .stats import ALPHA, holm
 from .summary import across_models, model_stats
@@ -23,7 +24,8 @@ SIDE_COLUMNS = ["family", "norm", "implementation", "library", "library_version"
                 "median_distance", "forwards", "backwards", "refused", "wall_s"]
 #: ``n_samples`` is the number of images compared (an image on several models is one)
 PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_a", "implementation_b",
-                "library_version_b", "optimality_a", "optimality_b", "n_samples", "fail_a", "fail_b",
+                "library_version_b", "optimality_a", "optimality_b", "family_optimality_a", "family_optimality_b",
+                "n_samples", "fail_a", "fail_b",
                 "broke_only_a", "broke_only_b", "n_both", "n_neither", "p_mcnemar", "wins_a", "wins_b", "ties",
                 "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
                 "p_failure_different", "p_distance_different", "p_different", "p_equivalent", "direction", "mixed",
@@ -39,10 +41,14 @@ def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: f
         x = blocks.image_values(i, j)
     res = compare(x)
     xi = [[optimality(blocks.dist[m, k], blocks.d_star[m], eps_max) for m in models] for k in (i, j)]
+    # against the family's own envelope: what no implementation of another family can move
+    own = np.where(blocks.d_star[models] > 0, np.nanmin(blocks.dist[models], axis=1), 0.0)
+    xi_own = [[optimality(blocks.dist[m, k], own[q], eps_max) for q, m in enumerate(models)] for k in (i, j)]
     a, b = blocks.dist[models][:, i], blocks.dist[models][:, j]
     both = np.isfinite(a) & np.isfinite(b) & (blocks.d_star[models] > 0)
     return res | {"n_samples": res.pop("n_images"), "optimality_a": float(np.mean(xi[0])),
-                  "optimality_b": float(np.mean(xi[1])),
+                  "optimality_b": float(np.mean(xi[1])), "family_optimality_a": float(np.mean(xi_own[0])),
+                  "family_optimality_b": float(np.mean(xi_own[1])),
                   "median_difference": float(np.median((a - b)[both])) if both.any() else 0.0, "_x": x}
 
 

@@ -35,7 +35,8 @@ import pandas as pd
 
 from attackaudit.results.schema import DEFECT_COLUMNS
 from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
-from .equivalence import DELTA, answer, compare, images_to_decide, log_ratios, pair_values
+from .sample_size import images_to_decide
+from .equivalence import DELTA, answer, compare, log_ratios, pair_values
 from .evidence_text import shown_text
 from .sample_size import decision_text
 from . import eps_use
@@ -309,7 +310,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
 
 def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_images: int | None = None,
               style: str = "cli") -> pd.DataFrame:
-    """Fill p_adjusted, answer, images_to_decide, score, verdict and reason of the rows present in
+    """Fill p_adjusted, answer, score, verdict and reason of the rows present in
     both runs. The multiplicity family of a verdict is the implementation's own tests, fixed before
     the data are seen: one pooled test (no adjustment), or its models' tests with ``by_model``
     (Holm over them); never the other implementations of the audit."""

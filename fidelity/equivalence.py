@@ -269,14 +269,6 @@ def answer(p_different: float, p_equivalent: float, alpha: float) -> str:
     return "inconclusive"
 
 
-def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA) -> float:
-    """Images a rerun needs for ``compare`` to decide with 80% power at a conservative truth
-    (``sample_size.images_to_decide``)."""
-    from .sample_size import images_to_decide as plan
-
-    return plan(values, alpha, delta)
-
-
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (q-values) of (k,) p-values, same order; NaN stays NaN
     and does not count. Reject at false-discovery rate q iff the adjusted value is below q."""

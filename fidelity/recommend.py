@@ -33,7 +33,8 @@ from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from . import paired_binary
-from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, images_to_decide, signed_rank_z,
+from .sample_size import images_to_decide
+from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, signed_rank_z,
                           swapped)
 from .evidence_text import relative, shown_text
 from .sample_size import decision_text
@@ -219,7 +220,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     and, for a strong family whose implementations all fall below their expected strength, names
     the best attack of the norm instead). ``trust_set`` is a list of ``{implementation,
     library_version, optimality, optimality_ci: [lo, hi], answer, estimate, p_different,
-    p_equivalent, images_to_decide, p_adjusted, wins_top, wins_member, samples_to_separate,
+    p_equivalent, p_adjusted, wins_top, wins_member, samples_to_separate,
     fail_member, fail_top, share_beyond, n_both, decision}`` (top pick first; ``answer`` against
     the top pick: "equivalent" or "inconclusive"; ``estimate`` the member's pseudo-median log
     ratio to the top pick on the images both broke; ``p_adjusted``, ``wins_*`` and

@@ -2,11 +2,14 @@
 results (``expectations.json``, cited there), and the ``below_expected_strength`` flag.
 
 An implementation of a *strong* family (published optimality ≥ ``strong_threshold``) that falls
-far below that expectation, the best implementation of its norm on the user's models and the
-strongest implementation of its own family in another library here is a defect, not a design choice: it is
-flagged and never trusted (fidelity/README.md). When *every* implementation of the family is that
-far below, no one of them is singled out: the run's settings (steps, budget) or a flaw they share
-are as likely, and ``family_shortfall`` says so for the recommendation's note.
+below half of the strongest implementation of its own family in another library here, both measured
+against the family's own envelope, is a defect, not a design choice: it is flagged and never
+trusted (fidelity/README.md). The family is the whole judge: no implementation of another family
+can move the verdict (issue 36's families fixed in advance). A sole implementation cannot be told
+from its settings and is not flagged; the recommendation says how it stands against its norm's
+best and the published strength. When *every* implementation of the family is far below the
+published strength and the norm's best, no one of them is singled out: the run's settings (steps,
+budget) or a flaw they share are as likely, and ``family_shortfall`` says so for that note.
 """
 from __future__ import annotations
 
@@ -75,37 +78,57 @@ def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
         sib_impl.append(str(others.loc[o.idxmax(), "implementation"]) if have else "")
     g["sibling_best"], g["sibling_best_impl"] = sib, sib_impl
     far = strong & (opt < STRENGTH_FRACTION * g["expected"]) & (opt < STRENGTH_FRACTION * best)
-    # a sole implementation cannot be told from its settings; among siblings only the outlier is flagged
-    # NaN ξ (degenerate: nothing to measure) says nothing, so it never flags
+    # a sole implementation cannot be told from its settings; among siblings only the outlier is
+    # flagged, judged on ξ against the family's own envelope (``family_optimality`` when given) so
+    # that no other family moves it; NaN ξ (degenerate: nothing to measure) never flags
     alone = g["sibling_best"].isna()
-    g["below_expected"] = (far & (alone | (opt < STRENGTH_FRACTION * g["sibling_best"]))).fillna(False).astype(bool)
+    own = g["family_optimality"].astype(float) if "family_optimality" in g.columns else opt
+    own_sib = (g["family_sibling_best"].astype(float) if "family_sibling_best" in g.columns
+               else g["sibling_best"].astype(float))
+    g["below_expected"] = (strong & ~alone & (own < STRENGTH_FRACTION * own_sib)).fillna(False).astype(bool)
     far_all = far.fillna(False).astype(bool).groupby([g["family"], g["norm"]]).transform("all")
     g["family_shortfall"] = (far_all & ~alone).astype(bool)
     return g
+
+
+def _family_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None) -> pd.DataFrame:
+    """Global ξ of every implementation against its own family's envelope (per family and norm),
+    with ``family_sibling_best``: the best such ξ of its family in another library."""
+    parts = [global_optimality(sub, eps_max) for _, sub in table.groupby("family", sort=True)]
+    fam = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["norm", "implementation",
+                                                                                   "library_version", "optimality"])
+    fam = fam.rename(columns={"optimality": "family_optimality"})
+    library = fam["implementation"].astype(str).str.split("/").str[0]
+    best = []
+    for r, lib in zip(fam.itertuples(index=False), library):
+        o = fam.loc[(fam["family"] == r.family) & (fam["norm"] == r.norm) & (library != lib), "family_optimality"]
+        best.append(float(o.max()) if o.notna().any() else np.nan)
+    return fam.assign(family_sibling_best=best)[["norm", "implementation", "library_version", "family_optimality",
+                                                 "family_sibling_best"]]
 
 
 def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | None = None) -> list[dict]:
     """``below_expected_strength`` findings (``model == "*"``) for a prepared table without twins."""
     if table.empty:
         return []
-    g = strength_findings(global_optimality(table, eps_max))
+    glob = global_optimality(table, eps_max).merge(_family_optimality(table, eps_max),
+                                                    on=["norm", "implementation", "library_version"], how="left")
+    g = strength_findings(glob)
     local = local_optimality(table, eps_max)
     out = []
     for r in g[g["below_expected"]].itertuples(index=False):
         mine = local[(local["norm"] == r.norm) & (local["implementation"] == r.implementation)
                      & (local["library_version"] == r.library_version)]
         broke = int(mine["n_success"].sum())
-        zero = ("" if r.optimality > 0 else
+        zero = ("" if r.family_optimality > 0 else
                 " (it broke no image)" if broke == 0 else
                 f" (it broke {broke} (model, image) cases, every one beyond ε₀, where ξ gives no credit)")
-        sibling = (f", and of the strongest {r.family} of another library here ({r.sibling_best_impl}, "
-                   f"ξ {r.sibling_best:.3f})" if np.isfinite(r.sibling_best) else
-                   f"; no other library's {r.family} under {r.norm} here, so the run's settings (steps, budget) "
-                   "cannot be ruled out")
         out.append({"model": "*", "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": "below_expected_strength", "evidence": (
-                        f"global ξ {r.optimality:.3f}{zero} over {r.n_models} models, below half of both the optimality "
-                        f"AttackBench publishes for {r.family} under {r.norm} ({r.expected:.3f}) and the best "
-                        f"attack of {r.norm} here ({r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}){sibling}: a strong "
-                        f"family implemented far from its strength")})
+                        f"ξ {r.family_optimality:.3f} against its family's envelope{zero} over {r.n_models} models, "
+                        f"below half of the strongest {r.family} of another library here ({r.sibling_best_impl}, "
+                        f"{r.family_sibling_best:.3f}), in a family AttackBench publishes as strong under {r.norm} "
+                        f"({r.expected:.3f}); against the norm's envelope ξ {r.optimality:.3f} (best of {r.norm} "
+                        f"here: {r.best_in_norm_impl}, ξ {r.best_in_norm:.3f}): a strong family implemented far "
+                        f"from its strength")})
     return out

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.fidelity._table import prepare  # every fidelity check reads the table through it
-from attackaudit.fidelity.equivalence import answer, compare, log_ratios
+from attackaudit.fidelity.equivalence import answer, compare, pair_values
 from attackaudit.fidelity.stats import ALPHA, holm
 from attackaudit.fidelity.twins import seed_twin_check
 
@@ -25,7 +25,7 @@ COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ"
 
 def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | None:
     """One row per (model with a seed twin, norm, implementation): ``COLUMNS``. ``answer`` is
-    ``equivalence.compare`` of the per-image log ratios seed twin / model, Holm over the rows;
+    ``equivalence.compare`` of seed twin against model (both endpoints), Holm over the rows;
     ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
     ``~seed`` rows."""
     if not table["model"].astype(str).str.endswith(SEED).any():
@@ -40,8 +40,8 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | 
     for r in check.itertuples(index=False):
         base = dist[(r.model, r.norm, r.implementation, r.library_version)]
         twin = dist[(r.model + SEED, r.norm, r.implementation, r.library_version)].reindex(base.index)
-        x = log_ratios(twin.to_numpy(float), base.to_numpy(float))
-        results.append(compare(x[np.isfinite(x)]))
+        a, b = twin.to_numpy(float), base.to_numpy(float)
+        results.append(compare(pair_values(a, b, live=~((a == 0) & (b == 0)))))
     p_diff = holm([res["p_different"] for res in results])
     p_eq = holm([res["p_equivalent"] for res in results])
     # a flag the seed twin shares with its own model is the attack's own behaviour (e.g. last_not_best

@@ -181,7 +181,8 @@ def test_images_to_decide_is_checked_against_the_actual_test_at_that_size(values
     """Tile the per-image values to the planned size: the real test decides. The planned truth is
     a confidence bound nearer the margin than the observed effect, so the observed values
     repeated to that size carry at least the planned evidence."""
-    from attackaudit.fidelity.equivalence import answer, compare, images_to_decide
+    from attackaudit.fidelity.equivalence import answer, compare
+    from attackaudit.fidelity.sample_size import images_to_decide
 
     r = np.asarray(values)
     n = r.size
