@@ -357,11 +357,12 @@ def test_below_expected_strength_singles_out_only_the_outlier_of_its_family():
     """A strong family (FMN, published L2 optimality 0.976) 3× farther than its own family in
     another library is flagged; the same shortfall in every library is the settings' or a shared
     flaw's, flagged on none and said in the recommendation; a sole implementation, or variants of
-    one library, cannot be told from the settings and are flagged with that caveat."""
+    one library, cannot be told from the settings without looking outside the family (issue 36: the
+    family is the whole judge), so they are not flagged."""
     from attackaudit.fidelity import recommend
     got, f = found(_strength({"adv_lib/fmn": ("fmn", 1.0), "foolbox/FMN": ("fmn", 3.0)}))
     assert ("foolbox/FMN", "below_expected_strength") in got and ("adv_lib/fmn", "below_expected_strength") not in got
-    assert "strongest fmn of another library here (adv_lib/fmn, ξ 1.000)" in \
+    assert "strongest fmn of another library here (adv_lib/fmn, 1.000)" in \
         f[f.flag == "below_expected_strength"].evidence.iloc[0]
 
     both = _strength({"adv_lib/fmn": ("fmn", 3.0), "foolbox/FMN": ("fmn", 3.0), "adv_lib/ddn": ("ddn", 1.0)})
@@ -374,5 +375,4 @@ def test_below_expected_strength_singles_out_only_the_outlier_of_its_family():
                   {"foolbox/FMN:a": ("fmn", 3.0), "foolbox/FMN:b": ("fmn", 3.0), "adv_lib/ddn": ("ddn", 1.0)}):
         got, f = found(_strength(impls))
         flagged_impls = {i for i, flag in got if flag == "below_expected_strength"}
-        assert flagged_impls == {i for i in impls if i.startswith("foolbox")}, f.to_string()
-        assert "no other library's fmn under l2 here" in f[f.flag == "below_expected_strength"].evidence.iloc[0]
+        assert flagged_impls == set(), f.to_string()
