@@ -350,6 +350,15 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         if col in table.columns:
             table[col] = table[col].fillna("").astype(str)
     notes: list[str] = []
+    if "status" in table.columns and (ours := table["status"].astype(str) == "harness_error").any():
+        # no result of the attack, and not the library's fault: left out, and said once
+        jobs = table.loc[ours, "job_id"].nunique() if "job_id" in table.columns else int(ours.sum())
+        notes.append(f"{jobs} job(s) did not run: their worker failed before the attack started (harness errors, "
+                     "ours, not the libraries'; logs/<job_id>.log says why). Run the same command again to run them.")
+        table = table[~ours]
+        if table.empty:
+            raise ValueError("no job of this run has a result: every one failed before its attack started "
+                             "(harness_error; logs/<job_id>.log says why); run the same command again")
     if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
         notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
         exact = None

@@ -5,6 +5,7 @@ import ast
 import copy
 import io
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -130,7 +131,18 @@ BAD = {
     "inputs list": (dict(inputs=X.tolist()), "inputs must be a torch.Tensor or numpy array"),
     "labels length": (dict(labels=Y[:-1]), "labels must be"),
     "labels float": (dict(labels=Y.float()), "labels must be"),
-    "labels beyond the classes": (dict(labels=Y + 5), r"labels must lie in \[0, 10\)"),
+    "labels beyond the classes": (dict(labels=Y + 5), r"labels must lie in \[0, 10\) .*\(first: labels\[\d+\] = 1\d\)"),
+    "inputs NaN": (dict(inputs=X.clone().index_put_((torch.tensor([3]), torch.tensor([0]), torch.tensor([2]),
+                                                      torch.tensor([5])), torch.tensor(float("nan")))),
+                   r"inputs must be finite and in \[0, 1\]: inputs\[3, 0, 2, 5\] = nan, the first of 1 such values$"),
+    "inputs 0-255": (dict(inputs=X * 255), r"inputs\[0, 0, 0, 4\] = 175.3, the first of \d+ such values \(divide 0–255 "
+                                                                 r"images by 255\)$"),
+    "inputs without channels": (dict(inputs=X[:, 0].numpy()), r"got shape \(\d+, 8, 8\) \(one channel: pass "
+                                                               r"inputs\[:, None\]\)"),
+    "model on the meta device": (dict(model=nn.Sequential(nn.Flatten(), nn.Linear(64, 10, device="meta"))),
+                                 r"^model: 1\.weight is on the meta device \(it has no values\); load the weights"),
+    "model in float64": (dict(model=load_model("digits-mlp-tiny").double()),
+                         r"^model: .* is torch\.float64; attackaudit attacks float32 models: pass model\.float\(\)$"),
     "samples zero": (dict(samples=0), "samples must be an integer between 1 and"),
     "samples too many": (dict(samples=len(Y) + 1), "samples must be an integer between 1 and"),
     "budget": (dict(budget=0), "budget must be an integer ≥ 1"),
@@ -154,6 +166,71 @@ def test_a_bad_argument_is_one_valueerror_naming_it(case, tmp_path):
                             **args)
     assert len(str(err.value).splitlines()) == 1
     assert not (tmp_path / "r").exists()  # nothing was written
+
+
+class DropoutNet(nn.Module):
+    """A user's freshly trained model: dropout, still in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = load_model("digits-mlp-tiny")
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.inner(self.drop(x))
+
+
+def test_inputs_as_users_have_them_run_with_a_note_each(tmp_path, capsys):
+    """float64 numpy images (``digits.images / 16``), numpy labels, a dropout model left in training
+    mode and a family list with a typo: the run goes on, and the result says what it changed."""
+    model = DropoutNet().train()
+    images = X.numpy().astype(np.float64)
+    assert images.dtype == np.float64
+    result = attackaudit.compare(model, images, Y.numpy(), families=["pgd", "pgdd"], norms="linf",
+                                 libraries="adv_lib", samples=4, budget=200, steps_scale=0.1, workers=0,
+                                 progress=False, out=tmp_path / "r")
+    assert set(result.rows["status"]) == {"ok"} and np.isfinite(result.rows["best_distance"]).any()
+    notes = result.notes
+    assert "inputs: torch.float64 cast to the model's dtype, torch.float32" in notes
+    assert any(n.startswith("model: it is in training mode (Dropout act differently in eval mode); it is attacked "
+                            "in eval mode") for n in notes), notes
+    assert "families='pgdd' names no attack (nearest: pgd, pdgd, apgd)" in notes  # compare()'s words
+    assert model.training and model.drop.training                        # given back as it was
+    err = capsys.readouterr().err
+    assert all(f"attackaudit: note: {n}" in err for n in notes)
+    assert attackaudit.open(tmp_path / "r").notes == notes and "note: inputs: torch.float64" in result._repr_html_()
+    with pytest.raises(ValueError, match=r"^the filters \(libraries/families/norms/attacks\) match no attack: "
+                                         r"families='apgdd' names no attack \(nearest: apgd"):
+        attackaudit.compare(load_model("digits-mlp-tiny"), X, Y, families="apgdd", libraries="adv_lib", samples=4,
+                            workers=0, progress=False, out=tmp_path / "typo")
+
+
+def test_messages_speak_the_callers_language(tmp_path, capsys):
+    """An inconclusive verdict asks for more images: a Result says ``samples=N`` (compare's
+    argument) in its verdicts and in the report it writes; ``attackaudit report`` says ``--samples N``."""
+    from attackaudit.fidelity.synthetic import job_rows, table
+    from attackaudit.results.store import write_job, write_manifest
+
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.1, 0.3, 8)  # two implementations 4% apart, on 8 images: more images would decide
+    rows = table(job_rows("m", "a/pgd", "linf", base, family="pgd"),
+                 job_rows("m", "b/pgd", "linf", base * rng.lognormal(0.03, 0.08, 8), family="pgd"))
+    run = tmp_path / "run"
+    for i, (_, g) in enumerate(rows.groupby("job_id")):
+        write_job(run, f"job{i}", g)
+    write_manifest(run, {"name": "words", "seed": 0})
+    result = attackaudit.open(run)
+    verdict = result.trust("pgd", "linf")
+    assert verdict["verdict"] == "inconclusive"
+    assert re.search(r"rerun with samples=\d+", verdict["summary"]) and "--samples" not in verdict["summary"]
+    assert "--samples" not in result._repr_html_() and "--samples" not in result.recommendation["summary"].iloc[0]
+    written = result.report(tmp_path / "api", formats=["md", "html"])
+    for name in ("report.md", "report.html"):
+        text = written[name].read_text()
+        assert re.search(r"rerun with samples=\d+", text) and not re.search(r"--samples \d", text), name
+    assert cli_main(["report", str(run), "--out", str(tmp_path / "cli"), "--format", "md"]) == 0
+    capsys.readouterr()
+    assert re.search(r"rerun with --samples \d+", (tmp_path / "cli" / "report.md").read_text())
 
 
 def test_open_names_a_run_dir_that_is_missing_or_empty(tmp_path):

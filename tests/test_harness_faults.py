@@ -16,6 +16,7 @@ import attackaudit
 from attackaudit import fidelity
 from attackaudit.cli import build_parser
 from attackaudit.fidelity.synthetic import job_rows, table
+from attackaudit.reports import build
 from attackaudit.run.faults import HarnessFault, fault_line, last_exception
 from attackaudit.run.config import resolve
 from attackaudit.sources.data import digits
@@ -138,6 +139,9 @@ def test_harness_errors_are_never_a_library_flag_nor_a_result():
     assert {("d/pgd", "crash")} <= set(zip(flags["implementation"], flags["flag"]))  # a library's crash is one
     board = fidelity.leaderboard(rows)
     assert "c/pgd" not in set(board["implementation"]) and "d/pgd" in set(board["implementation"])
+    data = build(rows)  # the report says once that a job did not run, and never lists it as a crash
+    assert [n for n in data.notes if n.startswith("1 job(s) did not run: their worker failed before the attack")]
+    assert "c/pgd" not in set(data.crashes["implementation"]) and "d/pgd" in set(data.crashes["implementation"])
 
 
 def test_retry_crashed_reruns_the_library_crashes_on_request(tmp_path):

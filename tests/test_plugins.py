@@ -246,7 +246,7 @@ def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     from attackaudit.run.worker import resolve_spec
 
     spec, version, error = resolve_spec(Job(run="r", model="digits-mlp", spec_key="mine/fgm/linf", plugins=(pinned,)))
-    assert spec is None and "changed since the run was planned" in error  # the job's rows: crash, this error
+    assert spec is None and "changed since the run was planned" in error  # the job's rows: harness_error, this error
 
 
 # -- entry points: a real installed distribution on sys.path, validated as plugin files ----------
