@@ -18,7 +18,7 @@ DEFECTS = Path(__file__).resolve().parent / "defects"
 ROWS = DEFECTS / "rows"
 #: the run settings an entry may give, with their defaults
 RUN_DEFAULTS = {"models": ["digits-mlp-tiny"], "samples": 8, "budget": 400, "steps_scale": 0.2, "seed": 0,
-                "targeted": False, "siblings": [], "attack_params": {}}
+                "targeted": False, "siblings": []}
 
 
 class CaseError(ValueError):
@@ -46,6 +46,7 @@ class Case:
     run: dict
     since: str = ""
     fast: bool = False
+    in_every_run: bool = False
     fix_why: str = ""
     patches: tuple[Patch, ...] = ()
     control: str = ""
@@ -106,6 +107,7 @@ def load_case(path: str | Path) -> Case:
                 summary=_need(data, "summary", str, where), source_file=_need(source, "file", str, where),
                 source_line=_need(source, "line", str, where), run=RUN_DEFAULTS | run,
                 since=data.get("since", ""), fast=bool(data.get("fast", False)),
+                in_every_run=bool(data.get("in_every_run", False)),
                 fix_why=(fix or {}).get("why", ""), patches=patches,
                 control=(control or {}).get("spec", ""), control_why=(control or {}).get("why", ""), path=path)
 

@@ -28,11 +28,12 @@ from .equivalence import DELTA, benjamini_hochberg
 from .stats import ALPHA
 from .twins import twin_findings
 from .strength import below_expected_strength
+from .known_defects import known_defect_findings
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
          "out_of_ball", "eps_unused", "batch_dependence", "fallback_output",  # defects.py
          "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
-         "below_expected_strength")
+         "below_expected_strength", "known_defect")
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",
                 "flag", "evidence"]
 
@@ -363,7 +364,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     rows = _with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
-             + below_expected_strength(real, eps_max) + defect_findings(t))
+             + below_expected_strength(real, eps_max) + defect_findings(t) + known_defect_findings(t))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))

@@ -8,7 +8,13 @@ with another seed: its differences are the attack's own noise, the floor every o
 judged against.
 
 Per (model, norm, implementation) an image *differs* when success differs or the best distances
-differ by more than the check's relative tolerance. The test (a p-value per judged job):
+differ by more than the check's relative tolerance. Only **informative** images count: those that
+at least one of the twins broke (the base model, the twin, or the seed twin where there is one; a
+distance finite and above 0). An image that none of them broke (or that every one found
+misclassified already) cannot differ, so counting it only dilutes the rate a null is tested
+against: torchattacks' CW L2 broke 3 of 8 digits on digits-cnn and none of them on the shift twin,
+3 of 8 against a 15% null (p = 0.1), while 3 of the 3 informative images is p = 0.003. The
+evidence names how many images were informative. The test (a p-value per judged job):
 
 - with a seed twin: per image, the twin's |log ratio| to the base against the second seed's (a
   one-sided signed-rank test): a difference beyond the attack's own noise; on the split twin,
@@ -118,6 +124,13 @@ AGAINST_SEED = {"perm": _farther_than_seed, "shift": _farther_than_seed, "split"
                 "batch": _differs_more_than_seed}
 
 
+def informative(base: np.ndarray, twin: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """(n,) bool: images at least one of the twins broke (a finite distance above 0); ``seed`` is
+    NaN where there is no seed twin. All arguments (n,) over the same images."""
+    broke = lambda d: np.isfinite(d) & (d > 0)  # noqa: E731
+    return broke(base) | broke(twin) | broke(seed)
+
+
 def _floor(g: pd.DataFrame, floor: pd.Series | None, kind: str) -> tuple[pd.Series | None, bool]:
     """(the seed twin's distances to judge ``g`` against, or None: a null rate; whether not to
     judge at all). A seed twin that equals the model on every image it ran measured a deterministic
@@ -136,8 +149,9 @@ def _floor(g: pd.DataFrame, floor: pd.Series | None, kind: str) -> tuple[pd.Seri
 
 def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFrame:
     """One row per (base, twin, kind, norm, implementation) of a prepared table, for the twin
-    ``kinds`` asked: n images, ``n_differ``, the seed twin's ``n_differ_seed`` (NaN without one),
-    ``p_value``, ``q_value`` (BH over the kind's rows), ``flagged``, ``examples``."""
+    ``kinds`` asked: ``n`` informative images (``informative``) of the ``n_images`` both ran,
+    ``n_differ`` among them, the seed twin's ``n_differ_seed`` (NaN without one), ``p_value``,
+    ``q_value`` (BH over the kind's rows), ``flagged``, ``examples``."""
     pairs = _pairs(t)
     keys = ["base", "model", "kind", "norm", *IMPL_KEY]
     seed = {}
@@ -151,24 +165,29 @@ def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFram
         floor, skip = _floor(g, seed.get((b, norm, impl, version)), kind)
         if skip:
             continue
+        s_all = (floor.reindex(g["sample"].to_numpy()).to_numpy(float) if floor is not None
+                 else np.full(len(g), np.nan))
+        keep = informative(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), s_all)
         if kind in BATCH_KINDS:
-            g = g[~at_boundary(g)]
+            keep &= ~at_boundary(g)
+        n_all, g, s_all = len(g), g[keep], s_all[keep]
         base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         d = differs(base, other, RTOL[kind])
         if floor is not None:
-            s = floor.reindex(g["sample"].to_numpy()).to_numpy(float)
+            s = s_all
             d_seed = differs(base, s, RTOL[kind]) & ~np.isnan(s)  # an image the seed twin lacks is no noise
-            p = AGAINST_SEED[kind](base, other, s, d, d_seed)
+            p = AGAINST_SEED[kind](base, other, s, d, d_seed) if d.size else 1.0
             n_seed = int(d_seed.sum())
         else:
             p = float(sps.binom.sf(int(d.sum()) - 1, d.size, NULL_RATE[kind])) if d.any() else 1.0
             n_seed = np.nan
         rows.append({"base": b, "model": twin, "kind": kind, "norm": norm, "implementation": impl,
-                     "library_version": version, "n": int(d.size), "n_differ": int(d.sum()),
+                     "library_version": version, "n": int(d.size), "n_images": n_all, "n_differ": int(d.sum()),
                      "n_differ_seed": n_seed, "p_value": p, "examples": g[d]})
-    out = pd.DataFrame(rows, columns=keys + ["n", "n_differ", "n_differ_seed", "p_value", "examples"])
+    out = pd.DataFrame(rows, columns=keys + ["n", "n_images", "n_differ", "n_differ_seed", "p_value", "examples"])
     out["q_value"] = np.nan
-    for kind, part in out.groupby("kind"):
+    # the multiplicity family: one implementation's twins of one kind (its models), fixed in advance
+    for _, part in out.groupby(["kind", "norm", *IMPL_KEY]):
         out.loc[part.index, "q_value"] = benjamini_hochberg(part["p_value"].to_numpy())
     out["flagged"] = (out["q_value"] < ALPHA) & (out["n_differ"] >= out["kind"].map(MIN_IMAGES))
     return out
@@ -181,6 +200,14 @@ def _examples(part: pd.DataFrame, kind: str, limit: int = 3) -> str:
                      for r in part.head(limit).itertuples(index=False))
 
 
+def _uninformative(r) -> str:
+    """How many images the test left out, and why (evidence wording)."""
+    left = int(r.n_images) - int(r.n)
+    seed = " nor its seed twin" if np.isfinite(r.n_differ_seed) else ""
+    return (f"{left} that neither it nor the twin{seed} broke carry no evidence" if left
+            else "every one broken by at least one of them")
+
+
 def twin_findings(t: pd.DataFrame, kinds: Iterable[str] = ("perm", "shift")) -> list[dict]:
     """Findings (on the base model) of a prepared table for the twin ``kinds`` asked:
     ``label_bug`` (perm), ``shift_sensitivity`` (shift), ``batch_dependence`` (split)."""
@@ -191,9 +218,10 @@ def twin_findings(t: pd.DataFrame, kinds: Iterable[str] = ("perm", "shift")) -> 
                  else f"null rate {NULL_RATE[r.kind]:.0%} for a deterministic attack")
         out.append({"model": r.base, "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": FLAG_OF[r.kind], "evidence": (
-                        f"best distances differ beyond {RTOL[r.kind]:.0%} on {r.n_differ} of {r.n} images between "
+                        f"best distances differ beyond {RTOL[r.kind]:.0%} on {r.n_differ} of {r.n} informative images "
+                        f"(of {r.n_images}; {_uninformative(r)}) between "
                         f"{r.base} and its twin {r.model} ({WHAT[r.kind]}); {noise}; p = {r.p_value:.2g}, "
-                        f"BH q = {r.q_value:.2g} over the report: {_examples(r.examples, r.kind)}")})
+                        f"BH q = {r.q_value:.2g} over its own twins: {_examples(r.examples, r.kind)}")})
     return out
 
 
@@ -204,11 +232,11 @@ def twin_notes(t: pd.DataFrame) -> list[dict]:
     out = []
     for r in judged[(~judged["flagged"]) & (judged["kind"] == "perm") & (judged["n_differ"] > 0)].itertuples():
         if np.isfinite(r.n_differ_seed):
-            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} images, no more than a "
+            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} informative images, no more than a "
                     f"second seed does ({int(r.n_differ_seed)}): a random choice tied to class indices (e.g. of a "
                     "target class or a restart), not a label bug")
         else:
-            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} images, too few to be "
+            note = (f"its class-permuted twin {r.model} differs on {r.n_differ} of {r.n} informative images, too few to be "
                     f"label evidence (p = {r.p_value:.2g}): consistent with tie-breaking by class index")
         out.append({"norm": r.norm, "implementation": r.implementation, "library_version": r.library_version,
                     "note": note})

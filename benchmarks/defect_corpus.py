@@ -1,0 +1,264 @@
+"""The defect corpus: every rule's recall on defects that released attack libraries really shipped,
+each beside its patched twin (benchmarks/defects/, format in its README).
+
+    .venv/bin/python benchmarks/defect_corpus.py [--cases ID ...] [--work DIR] [--record] [--rows] [--markdown]
+
+For each case: the release's spec and its sound siblings run on the case's models (the installed
+release in this interpreter, another release in an overlay of it); the patched twin (a copy of the
+release's package with the entry's source patch) is prepared as a release candidate
+(``harness/audit/env.py`` ``prepare_env(..., source=TREE)``, the ``LIB@PATH`` machinery) and the
+spec alone runs under its interpreter; its rows replace the defective ones beside the same
+siblings. Both tables go through ``fidelity.flags`` and ``fidelity.recommend``. ``--record`` stores
+the rows under benchmarks/defects/rows/ (what ``tests/test_defect_corpus.py`` judges in
+``make test``); ``--rows`` judges the recorded rows instead of running anything.
+
+The table: per case the expected flag(s), the flags on the defect and on the fix, and the trust
+verdict on each (trusted: in the trust set of its family and norm); per rule, recall (cases whose
+defect it named) and false flags on the patched twins and on the sound built-ins (the siblings).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from defect_cases import ROWS, Case, check_source, load_cases, package_root, patched_tree  # noqa: E402
+
+
+@dataclass
+class Outcome:
+    """What the corpus found for one case (``fix_*``: the patched twin, or the control)."""
+
+    case: Case
+    on_defect: list[str]
+    on_fix: list[str]
+    trust_defect: str
+    trust_fix: str
+    sibling_flags: dict[str, list[str]] = field(default_factory=dict)
+    fix_label: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def named(self) -> bool:
+        return set(self.case.flags) <= set(self.on_defect)
+
+    @property
+    def clean(self) -> bool:
+        return not set(self.case.flags) & set(self.on_fix)
+
+
+# ------------------------------------------------------------------ running
+def _config(case: Case, out: Path, attacks: list[str], python: str = ""):
+    from attackaudit.run.config import resolve
+
+    r = case.run
+    return resolve({"out": str(out), "models": list(r["models"]), "attacks": attacks, "samples": int(r["samples"]),
+                    "budget": int(r["budget"]), "steps_scale": float(r["steps_scale"]), "seed": int(r["seed"]),
+                    "targeted": bool(r["targeted"]), "python": python, "workers": 1, "quiet": True,
+                    "force": True})
+
+
+def _run(config) -> pd.DataFrame:
+    from attackaudit import load_run
+    from attackaudit.audit.env import run_under
+    from attackaudit.run.runner import run
+
+    (run_under if config.python else run)(config)
+    return load_run(config.out)
+
+
+def _pip_offline_build() -> None:
+    """The patched tree is built with the project's setuptools (no isolated build environment,
+    which would need the package index)."""
+    args = os.environ.get("ATTACKAUDIT_PIP_ARGS", "")
+    if "--no-build-isolation" not in args:
+        os.environ["ATTACKAUDIT_PIP_ARGS"] = f"{args} --no-build-isolation".strip()
+
+
+def run_case(case: Case, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the defect run's rows: spec, siblings and control; the patched twin's rows: the spec alone,
+    empty for a control case)."""
+    from attackaudit.audit.env import prepare_env
+
+    installed = importlib.metadata.version(case.dist)
+    env = None if case.release == installed else prepare_env(case.dist, case.release, case.library)
+    root, tops = package_root(env.site_packages if env else None, case.dist)
+    check_source(case, root)
+    attacks = [case.spec, *case.run["siblings"], *([case.control] if case.control else [])]
+    defect = _run(_config(case, work / case.id / "defect", attacks, env.python if env else ""))
+    if not case.patches:
+        return defect, defect.iloc[0:0]
+    _pip_offline_build()
+    tree = patched_tree(case, root, tops, work / case.id / "tree", case.release)
+    fix_env = prepare_env(case.dist, case.release, case.library, source=tree)
+    fix = _run(_config(case, work / case.id / "fix", [case.spec], fix_env.python))
+    return defect, fix
+
+
+# ------------------------------------------------------------------ judging
+def fix_table(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+    """The table the fix is judged on (the defect's rows replaced by the patched twin's, beside
+    the same siblings), and the (implementation, library_version) judged as the fix."""
+    if case.patches:
+        rest = defect[defect["implementation"] != case.implementation]
+        version = str(fix["library_version"].iloc[0]) if len(fix) else ""
+        return pd.concat([rest, fix], ignore_index=True), case.implementation, version
+    rest = defect[defect["implementation"] != case.implementation]
+    control = case.control.rsplit("/", 1)[0]
+    version = str(rest.loc[rest["implementation"] == control, "library_version"].iloc[0])
+    return rest, control, version
+
+
+def _named(found: pd.DataFrame, impl: str, norm: str, version: str | None = None) -> list[str]:
+    m = (found["implementation"] == impl) & (found["norm"] == norm)
+    if version is not None:
+        m &= found["library_version"].astype(str) == version
+    return sorted(set(found.loc[m, "flag"]))
+
+
+def _trust(table: pd.DataFrame, found: pd.DataFrame, impl: str, family: str, norm: str) -> str:
+    from attackaudit.fidelity import recommend
+
+    rec = recommend(table, found, n_boot=50)
+    row = rec[(rec["family"] == family) & (rec["norm"] == norm)]
+    if row.empty:
+        return "not judged"
+    r = row.iloc[0]
+    members = [m["implementation"] for m in r["trust_set"]]
+    if impl not in members:
+        return f"not trusted ({r['verdict']})"
+    return "top pick" if members[0] == impl else f"trusted ({r['verdict']})"
+
+
+def measured_flags(table: pd.DataFrame) -> pd.DataFrame:
+    """``fidelity.flags`` without ``known_defect``: that flag is the corpus' own knowledge read
+    back (fidelity/known_defects.py), never a rule's measurement, so it never counts as recall."""
+    from attackaudit.fidelity import flags
+
+    found = flags(table)
+    return found[found["flag"] != "known_defect"]
+
+
+def named_flags(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the measured flags on the defective spec, those on the patched twin or the control)."""
+    table, fix_impl, fix_version = fix_table(case, defect, fix)
+    return (_named(measured_flags(defect), case.implementation, case.norm),
+            _named(measured_flags(table), fix_impl, case.norm, fix_version))
+
+
+def judge(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> Outcome:
+    """Flags and trust on the defect's table and on the fix's."""
+    norm = case.norm
+    found = measured_flags(defect)
+    family = str(defect.loc[defect["implementation"] == case.implementation, "family"].iloc[0])
+    table, fix_impl, fix_version = fix_table(case, defect, fix)
+    found_fix = measured_flags(table)
+    siblings = {s.rsplit("/", 1)[0]: _named(found, s.rsplit("/", 1)[0], s.rsplit("/", 1)[1])
+                for s in case.run["siblings"]}
+    label = f"{fix_impl} {fix_version}" if case.patches else f"control {fix_impl}"
+    return Outcome(case, _named(found, case.implementation, norm), _named(found_fix, fix_impl, norm, fix_version),
+                   _trust(defect, found, case.implementation, family, norm),
+                   _trust(table, found_fix, fix_impl, family, norm), siblings, label)
+
+
+def recorded(case: Case) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows ``--record`` stored for ``case`` (FileNotFoundError when there are none)."""
+    defect = pd.read_parquet(ROWS / f"{case.id}.defect.parquet")
+    fix_path = ROWS / f"{case.id}.fix.parquet"
+    return defect, (pd.read_parquet(fix_path) if fix_path.is_file() else defect.iloc[0:0])
+
+
+def record(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> None:
+    ROWS.mkdir(parents=True, exist_ok=True)
+    defect.to_parquet(ROWS / f"{case.id}.defect.parquet", index=False)
+    if len(fix):
+        fix.to_parquet(ROWS / f"{case.id}.fix.parquet", index=False)
+
+
+# ------------------------------------------------------------------ the table
+def _cell(names: list[str]) -> str:
+    return ", ".join(names) if names else "—"
+
+
+def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per case, one row per rule)."""
+    cases = pd.DataFrame([{
+        "case": o.case.id, "release": f"{o.case.dist} {o.case.release}", "spec": o.case.spec,
+        "expected": ", ".join(o.case.flags), "on defect": _cell(o.on_defect),
+        "on fix": _cell(o.on_fix) + (f" ({o.fix_label})" if not o.case.patches else ""),
+        "trust (defect)": o.trust_defect, "trust (fix)": o.trust_fix,
+        "named": "yes" if o.named else "NO", "fix clean": "yes" if o.clean else "NO"} for o in outcomes])
+    rules = sorted({f for o in outcomes for f in o.case.flags})
+    rows = []
+    for rule in rules:
+        mine = [o for o in outcomes if rule in o.case.flags]
+        sibs = [(o.case.id, s) for o in outcomes for s, names in o.sibling_flags.items() if rule in names]
+        n_sibs = sum(len(o.sibling_flags) for o in outcomes)
+        rows.append({"rule": rule, "recall": f"{sum(rule in o.on_defect for o in mine)} of {len(mine)}",
+                     "false flags on patched twins": f"{sum(rule in o.on_fix for o in outcomes)} of {len(outcomes)}",
+                     "false flags on sound built-ins": f"{len(sibs)} of {n_sibs}",
+                     "missed": ", ".join(o.case.id for o in mine if rule not in o.on_defect) or "—"})
+    return cases, pd.DataFrame(rows)
+
+
+def known_entries(cases: list[Case]) -> dict:
+    """fidelity/known_defects.json: the cases every run of whose spec has the defect."""
+    def first_sentence(text: str) -> str:
+        text = " ".join(text.split())
+        end = text.find(". ")
+        return text[: end + 1] if end > 0 else text
+    return {"source": "benchmarks/defects/ (benchmarks/defect_corpus.py --known)", "defects": [
+        {"implementation": c.implementation, "norm": c.norm, "library": c.dist, "since": c.since,
+         "through": c.release, "case": c.id, "cause": first_sentence(c.summary), "file": c.source_file,
+         "line": c.source_line} for c in cases if c.in_every_run]}
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
+    return head + "".join("| " + " | ".join(str(v) for v in r) + " |\n" for r in df.itertuples(index=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="*", help="case ids (default: all)")
+    p.add_argument("--work", default="runs/defect-corpus", help="where the runs and patched trees go")
+    p.add_argument("--record", action="store_true", help="store the rows under benchmarks/defects/rows/")
+    p.add_argument("--rows", action="store_true", help="judge the recorded rows, run nothing")
+    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--known", action="store_true", help="write fidelity/known_defects.json and stop")
+    a = p.parse_args(argv)
+    if a.known:
+        import json
+
+        target = Path(__file__).resolve().parents[1] / "fidelity" / "known_defects.json"
+        target.write_text(json.dumps(known_entries(load_cases(a.cases)), indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {target}")
+        return 0
+    start = time.perf_counter()
+    outcomes = []
+    for case in load_cases(a.cases):
+        t0 = time.perf_counter()
+        defect, fix = recorded(case) if a.rows else run_case(case, Path(a.work))
+        if a.record and not a.rows:
+            record(case, defect, fix)
+        o = judge(case, defect, fix)
+        o.wall_s = time.perf_counter() - t0
+        outcomes.append(o)
+        print(f"{case.id}: defect {_cell(o.on_defect)}; fix {_cell(o.on_fix)} ({o.wall_s:.0f} s)", file=sys.stderr)
+    cases, rules = table(outcomes)
+    show = _markdown if a.markdown else (lambda df: df.to_string(index=False) + "\n")
+    print(show(cases))
+    print(show(rules))
+    print(f"{len(outcomes)} cases in {time.perf_counter() - start:.0f} s")
+    return 0 if all(o.named and o.clean for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

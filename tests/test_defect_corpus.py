@@ -1,0 +1,121 @@
+"""The defect corpus (benchmarks/defects/): every rule still names the real defects it named, and
+stays silent on their patched twins.
+
+Fast (``make test``): the recorded rows of every ``fast`` case (real runs of the released
+libraries and of their patched twins, ``benchmarks/defect_corpus.py --record``) are judged again
+with today's rules, so a rule change that loses a named real defect, or starts flagging a fix,
+fails here. The entries themselves are checked against the installed releases (the wrong line is
+still there, every patch applies once). The whole corpus, run live through the ``LIB@PATH``
+machinery, is opt-in: ``ATTACKAUDIT_DEFECT_CORPUS=1`` (minutes per case on a loaded 2-core machine).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from defect_cases import ROWS, CaseError, check_source, load_case, load_cases, package_root  # noqa: E402
+from defect_corpus import known_entries, named_flags, recorded, run_case  # noqa: E402
+
+from attackaudit.fidelity import flags  # noqa: E402
+from attackaudit.fidelity.known_defects import DATA, known_defect_findings  # noqa: E402
+from attackaudit.fidelity._table import prepare  # noqa: E402
+from attackaudit.fidelity.synthetic import job_rows, table  # noqa: E402
+from attackaudit.fidelity.twins import judge  # noqa: E402
+
+CASES = load_cases()
+RECORDED = [c for c in CASES if c.fast and (ROWS / f"{c.id}.defect.parquet").is_file()]
+LIVE = pytest.mark.skipif(os.environ.get("ATTACKAUDIT_DEFECT_CORPUS") != "1",
+                          reason="the whole defect corpus, live: set ATTACKAUDIT_DEFECT_CORPUS=1")
+
+
+def test_the_corpus_spans_the_five_libraries():
+    assert len(CASES) >= 12
+    assert {c.library for c in CASES} == {"adv_lib", "foolbox", "art", "torchattacks", "cleverhans"}
+    assert len(RECORDED) >= 10, "run benchmarks/defect_corpus.py --record"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_entry_matches_its_release(case):
+    """The wrong line is in the installed release, and every patch applies exactly once."""
+    if importlib.metadata.version(case.dist) != case.release:
+        pytest.skip(f"{case.dist} {case.release} is not the installed release")
+    root, tops = package_root(None, case.dist)
+    check_source(case, root)
+    assert tops
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=lambda c: c.id)
+def test_recorded_defect_is_named_and_its_fix_is_clean(case):
+    defect, fix = recorded(case)
+    on_defect, on_fix = named_flags(case, defect, fix)
+    assert set(case.flags) <= set(on_defect), f"{case.id}: expected {case.flags}, the rules named {on_defect}"
+    assert not set(case.flags) & set(on_fix), f"{case.id}: the patched twin got {on_fix}"
+
+
+def test_a_malformed_entry_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text('id = "y"\n')
+    with pytest.raises(CaseError, match="x.toml: id 'y' must equal the file name 'x'"):
+        load_case(bad)
+    good = CASES[0].path.read_text().replace(f'id = "{CASES[0].id}"', 'id = "z"').replace('flags = [', 'flags = ["nope", ')
+    (tmp_path / "z.toml").write_text(good)
+    with pytest.raises(CaseError, match="flags must name"):
+        load_case(tmp_path / "z.toml")
+
+
+# ------------------------------------------------------------------ known defects (a lookup)
+def test_known_defects_file_is_the_corpus():
+    """fidelity/known_defects.json is what ``--known`` writes from today's entries."""
+    assert json.loads(DATA.read_text()) == json.loads(json.dumps(known_entries(CASES), ensure_ascii=False))
+
+
+def test_known_defect_matches_the_release_range_never_a_candidate():
+    rows = lambda v: job_rows("digits-mlp", "adv_lib/fmn", "l2", np.full(8, 0.5), library_version=v)  # noqa: E731
+    found = known_defect_findings(prepare(table(rows("0.2.8"))))
+    assert [f["flag"] for f in found] == ["known_defect"] and "adv-lib-fmn-l2-blocked-gradient" in found[0]["evidence"]
+    assert known_defect_findings(prepare(table(rows("0.2.8+c0123456789ab")))) == []  # a patched candidate
+    assert known_defect_findings(prepare(table(rows("0.2.9")))) == []
+
+
+def test_a_known_defect_is_never_the_pick_of_its_family():
+    from attackaudit.fidelity import recommend
+
+    d = np.linspace(0.3, 0.9, 8)
+    t = table(job_rows("digits-mlp", "adv_lib/fmn", "l2", d, family="fmn", library_version="0.2.8"),
+              job_rows("digits-mlp", "foolbox/L2FMNAttack", "l2", d * 1.5, family="fmn", library_version="3.3.4"))
+    rec = recommend(t, flags(t), n_boot=20)
+    row = rec[(rec.family == "fmn") & (rec.norm == "l2")].iloc[0]
+    assert row.verdict == "none" and not row.trust_set
+
+
+# ------------------------------------------------------------------ informative images (twins.py)
+def test_twin_rules_count_only_informative_images():
+    """torchattacks CW L2 on digits-cnn: 3 of 8 broken, none on the shift twin. Against all 8
+    images at the 15% null that is p = 0.11; the 3 informative images give p = 0.003."""
+    base = np.array([0.4, 0.5, 0.6, np.inf, np.inf, np.inf, np.inf, np.inf])
+    t = prepare(table(job_rows("m", "lib/cw", "l2", base, family="cw"),
+                      job_rows("m~shift", "lib/cw", "l2", np.full(8, np.inf), family="cw")))
+    (r,) = judge(t, ("shift",)).itertuples(index=False)
+    assert (r.n, r.n_images, r.n_differ) == (3, 8, 3) and r.p_value == pytest.approx(0.15 ** 3) and r.flagged
+    (finding,) = [f for f in flags(table(job_rows("m", "lib/cw", "l2", base, family="cw"),
+                                         job_rows("m~shift", "lib/cw", "l2", np.full(8, np.inf), family="cw")))
+                  .itertuples() if f.flag == "shift_sensitivity"]
+    assert "3 of 3 informative images (of 8; 5 that neither it nor the twin broke" in finding.evidence
+
+
+# ------------------------------------------------------------------ the whole corpus, live (opt-in)
+@LIVE
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_live_defect_is_named_and_its_fix_is_clean(case, tmp_path):
+    defect, fix = run_case(case, tmp_path)
+    on_defect, on_fix = named_flags(case, defect, fix)
+    assert set(case.flags) <= set(on_defect), f"{case.id}: expected {case.flags}, the rules named {on_defect}"
+    assert not set(case.flags) & set(on_fix), f"{case.id}: the fix got {on_fix}"
