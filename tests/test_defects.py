@@ -98,7 +98,7 @@ def test_batch_dependence_deterministic_and_against_the_seed_twin():
     off = D * np.where(np.arange(N) < 8, 1.5, 1.0)
     (finding,) = batch_dependence(_twins(D, off))
     assert finding["model"] == "m" and finding["flag"] == "batch_dependence"
-    assert "8 of 16 images" in finding["evidence"] and "deterministic" in finding["evidence"]
+    assert "8 of 16 informative images" in finding["evidence"] and "deterministic" in finding["evidence"]
     # randomised: the split twin differs no more than a second seed does -> noise, not a defect
     noisy = lambda: D * rng.uniform(0.9, 1.1, N)  # noqa: E731
     assert batch_dependence(_twins(D, noisy(), seed=noisy())) == []

@@ -262,7 +262,7 @@ def test_shift_sensitivity():
     got, f = found(t)
     assert got == {("b/logit", "shift_sensitivity")}
     row = f.iloc[0]
-    assert row.model == "m" and "m~shift" in row.evidence and "22 of 24" in row.evidence
+    assert row.model == "m" and "m~shift" in row.evidence and "22 of 22 informative images (of 24" in row.evidence
 
 
 def test_twin_rows_do_not_create_gaps_on_the_base_model():
