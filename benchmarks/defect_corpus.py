@@ -188,7 +188,10 @@ def _cell(names: list[str]) -> str:
 
 
 def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per case, one row per rule)."""
+    """(one row per case, one row per rule). Per rule: recall over the cases that expect it; false
+    flags on the patched twins of those cases (another case's defect that a twin still has, e.g. an
+    EAD without its zero-division crash still leaving the box, is shown in the case row, not counted);
+    false flags on the sound built-ins (every case's siblings)."""
     cases = pd.DataFrame([{
         "case": o.case.id, "release": f"{o.case.dist} {o.case.release}", "spec": o.case.spec,
         "expected": ", ".join(o.case.flags), "on defect": _cell(o.on_defect),
@@ -202,7 +205,7 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
         sibs = [(o.case.id, s) for o in outcomes for s, names in o.sibling_flags.items() if rule in names]
         n_sibs = sum(len(o.sibling_flags) for o in outcomes)
         rows.append({"rule": rule, "recall": f"{sum(rule in o.on_defect for o in mine)} of {len(mine)}",
-                     "false flags on patched twins": f"{sum(rule in o.on_fix for o in outcomes)} of {len(outcomes)}",
+                     "false flags on patched twins": f"{sum(rule in o.on_fix for o in mine)} of {len(mine)}",
                      "false flags on sound built-ins": f"{len(sibs)} of {n_sibs}",
                      "missed": ", ".join(o.case.id for o in mine if rule not in o.on_defect) or "—"})
     return cases, pd.DataFrame(rows)

@@ -52,7 +52,15 @@ def test_entry_matches_its_release(case):
     assert tops
 
 
-@pytest.mark.parametrize("case", RECORDED, ids=lambda c: c.id)
+#: cases today's rules no longer name, and the change that lost them: a strict xfail, so that the
+#: day a rule names them again this list must shrink (and a new loss cannot hide here)
+LOST = {"adv-lib-fmn-l2-blocked-gradient": "below_expected_strength is judged against the family's own envelope "
+        "since 5695c35 (issue 36): a sole or family-wide shortfall is named by no measuring rule, only by known_defect",
+        "foolbox-fmn-l2-no-projection": "as adv-lib-fmn-l2-blocked-gradient (5695c35)"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=LOST[c.id]))
+                                  if c.id in LOST else c for c in RECORDED], ids=lambda c: c.id)
 def test_recorded_defect_is_named_and_its_fix_is_clean(case):
     defect, fix = recorded(case)
     on_defect, on_fix = named_flags(case, defect, fix)
