@@ -46,6 +46,7 @@ def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: f
     xi_own = [[optimality(blocks.dist[m, k], own[q], eps_max) for q, m in enumerate(models)] for k in (i, j)]
     a, b = blocks.dist[models][:, i], blocks.dist[models][:, j]
     both = np.isfinite(a) & np.isfinite(b) & (blocks.d_star[models] > 0)
+    a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)  # inf − inf would warn, and is never used
     return res | {"n_samples": res.pop("n_images"), "optimality_a": float(np.mean(xi[0])),
                   "optimality_b": float(np.mean(xi[1])), "family_optimality_a": float(np.mean(xi_own[0])),
                   "family_optimality_b": float(np.mean(xi_own[1])),

@@ -237,7 +237,8 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after. ξ and ASR are against the
     joint envelope (NaN on the side that did not run a ``new``/``removed`` implementation); the
     test fields (``n_samples``: images, ``failure_a``/``failure_b``: failure rates before/after,
-    ``n_better``: images both broke where b found a smaller perturbation,
+    ``n_better`` / ``n_worse``: images where b did better / worse (a smaller / larger perturbation
+    on an image both broke, or an image only b / only a broke), ``ties``,
     ``effect_size`` in favour of b, ``estimate``: the per-image log ratio new/old, ``answer``,
     ``images_to_decide``) come from the implementation's own rows on the images that ran in both.
     ``p_adjusted`` is Holm's over the implementation's own tests only (its models with
@@ -296,8 +297,8 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                      "optimality_a": vals["a"][0], "optimality_b": vals["b"][0],
                      "delta_optimality": vals["b"][0] - vals["a"][0], "asr_a": vals["a"][1], "asr_b": vals["b"][1],
                      "failure_a": res["fail_b"], "failure_b": res["fail_a"],
-                     "n_models": len(shared), "n_samples": res["n_images"], "n_better": res["wins_a"],
-                     "n_worse": res["wins_b"], "ties": res["ties"], "statistic": 0.0, "p_value": res["p_value"],
+                     "n_models": len(shared), "n_samples": res["n_images"], "n_better": res["wins_a"] + res["broke_only_a"],
+                     "n_worse": res["wins_b"] + res["broke_only_b"], "ties": res["ties"], "statistic": 0.0, "p_value": res["p_value"],
                      "effect_size": res["effect_size"], "estimate": res["estimate"], "identical": own["identical"],
                      "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
                      "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),

@@ -78,6 +78,17 @@ def beyond_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MAR
     return 1.0
 
 
+def min_beyond_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MARGIN) -> float:
+    """The smallest ``beyond_p`` these images could give: every discordant image in one direction
+    (the discordant count is the failure endpoint's ancillary statistic). 1 when no arrangement of
+    them can pass the margin, e.g. without a discordant image (Tarone's "testable" check)."""
+    x10, x01, n = discordant(fail_a, fail_b)
+    k = x10 + x01
+    if n == 0 or k / n <= margin:
+        return 1.0
+    return float(min(1.0, 2 * stats.norm.sf(score_z(k, 0.0, n, margin))))
+
+
 def within_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MARGIN) -> float:
     """TOST p of "|Δ| < margin" (the larger of the two one-sided score tests); 1 without images."""
     x10, x01, n = discordant(fail_a, fail_b)

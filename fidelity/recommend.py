@@ -125,8 +125,8 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
                           alpha: float) -> np.ndarray:
     """(B, c) exclusions in each bootstrap resample: per pair, both endpoints' difference tests
     on the resampled images (normal approximations: the failure endpoint's score test, the
-    distance endpoint's signed-rank test on the images both broke), Bonferroni over the two, in
-    the direction of the smaller p."""
+    distance endpoint's signed-rank test on the images both broke), Bonferroni over the testable
+    ones, in the direction of the smaller p."""
     if not pairs:
         return np.zeros((idx.shape[0], c), dtype=bool)
     p_all, better_all = [], []
@@ -145,7 +145,14 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         sig = sps.norm.isf(0.025)
         mixed = ((z_f_first > sig) & (z_d_second > sig)) | ((z_f_second > sig) & (z_d_first > sig))
         better_all.append(first)
-        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, 4 * sps.norm.sf(np.maximum(z_f, z_d)))))
+        # Tarone (equivalence.testable_endpoints): the failure endpoint counts only when its
+        # discordant images could pass the margin at all
+        k = x10 + x01
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f_testable = (k > FAILURE_MARGIN * n) & (
+                2 * sps.norm.sf(paired_binary.score_z(k, 0.0, n, FAILURE_MARGIN)) < alpha)
+        factor = np.where(f_testable, 4.0, 2.0)
+        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, factor * sps.norm.sf(np.maximum(z_f, z_d)))))
     return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
 

@@ -49,6 +49,10 @@ FLAG_MEANINGS: dict[str, str] = {
     "below_exact": "it claims a perturbation smaller than the proven exact minimum: a bug",
     "below_expected_strength": "a family AttackBench publishes as strong, implemented far below both that "
                                "strength and the best attack of its norm here: a defect, never trusted",
+    "fallback_output": "it returned a default output (the input, an all-zero or constant image, one output shared "
+                       "by several images) for images its own search never broke: those images count as failed",
+    "known_defect": "this release's implementation has a defect traced in attackaudit's defect corpus "
+                    "(fidelity/known_defects.json names the source line): never trusted",
 }
 
 

@@ -147,9 +147,10 @@ def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
 
     config = RunConfig(out=str(tmp_path / "r"), models=["digits-mlp"], attacks=["adv_lib/ddn"], samples=4,
                        metamorphic=True)
-    # ddn is deterministic: the batch-split twin, no seed twin (harness/sources/twins.py)
+    # ddn is deterministic: the batch-split and batch-composition twins, no seed twin
+    # (harness/sources/twins.py)
     assert {j.model for j in plan(config).jobs} == {"digits-mlp", "digits-mlp~shift", "digits-mlp~perm",
-                                                    "digits-mlp~split"}
+                                                    "digits-mlp~split", "digits-mlp~batch"}
     perm = class_permutation(10)
     assert sorted(perm.tolist()) == list(range(10)) and (perm != torch.arange(10)).all()  # a derangement
     subset = load_subset("digits", 16, 0)
