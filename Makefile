@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: test demo install clean-venv
+.PHONY: test demo install docs clean-venv
 
-$(STAMP): requirements.txt requirements-sdist.txt requirements-nodeps.txt pyproject.toml .ci/chromium.sh
+$(STAMP): requirements.txt requirements-sdist.txt requirements-nodeps.txt requirements-docs.txt pyproject.toml .ci/chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch/torchvision first and pinned: on this machine both come from local disk
@@ -21,8 +22,10 @@ $(STAMP): requirements.txt requirements-sdist.txt requirements-nodeps.txt pyproj
 	# tensorflow-probability; what they import at run time is in requirements.txt)
 	$(PIP) install -q --no-deps -r requirements-nodeps.txt
 	$(PIP) install -q --no-deps -e .
+	# the documentation tools: tests/test_docs_build.py builds the site in `make test`
+	$(PIP) install -q -r requirements-docs.txt
 	bash .ci/chromium.sh
-	touch $(STAMP)
+	touch $(DOCS_STAMP) $(STAMP)
 
 install: $(STAMP)
 
@@ -30,6 +33,16 @@ install: $(STAMP)
 # child processes' imports, so the suite takes about half the time it takes on one process
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# the site with the API reference, into site/: only the docs tools are needed (mkdocstrings reads
+# the source, it imports nothing), and nothing is downloaded while it builds
+$(DOCS_STAMP): requirements-docs.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 demo: $(STAMP)
 	$(VENV)/bin/attackaudit run --preset demo --out runs/demo
