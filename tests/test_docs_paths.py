@@ -1,4 +1,7 @@
-"""The docs name only what exists: docs/architecture.md, README.md and fidelity/README.md.
+"""The docs name only what exists: README.md, every page of docs/ (architecture.md and the pages the
+README links: cli, notebook, reports, statistics, measurement, plugins, models-and-data,
+release-audits, ...), fidelity/README.md and benchmarks/README.md (both also pages of the site that
+``make docs`` builds; links between pages are checked by that build, tests/test_docs_build.py).
 
 What is checked, drawn from the text (no list to keep in step by hand):
 - every path rooted at a folder of the repository (``harness/run/job.py``, ``fidelity/``) exists;
@@ -9,8 +12,9 @@ What is checked, drawn from the text (no list to keep in step by hand):
   something the file defines at top level (a class's attribute for a dotted name);
 - a bare ``name.py`` on a line that names repository folders is a file directly in one of them
   (a table row `harness/run/` … `config.py`); on another line, in docs/architecture.md it is an
-  error (write the path), in fidelity/README.md it is a module of fidelity/ (its table of
-  modules) or some file of the repository, in README.md the user's own file (not checked).
+  error (write the path), in fidelity/README.md and benchmarks/README.md it is a file of that folder
+  (its table of modules or scripts) or some file of the repository, in README.md and the other
+  docs/ pages the user's own file (``my_attacks.py``: not checked).
 """
 from __future__ import annotations
 
@@ -23,7 +27,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("docs/architecture.md", "README.md", "fidelity/README.md")
+#: every page of docs/ (a new page is checked without being listed here), and the READMEs
+DOCS = ("README.md", "fidelity/README.md", "benchmarks/README.md",
+        *sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")))
+#: the READMEs of a folder: a bare ``name.py`` in one is a file of that folder (or of the repository)
+FOLDER_READMES = {"fidelity/README.md": "fidelity", "benchmarks/README.md": "benchmarks"}
 #: the folders a repository path starts with; anything else (runs/, models/, ~/...) is the user's
 REPO_FOLDERS = ("harness", "adapters", "fidelity", "reports", "tests", "benchmarks", "docs", "examples")
 #: source folder of each dotted package, as pyproject.toml's package-dir maps them
@@ -116,21 +124,22 @@ def pair_problem(path: str, name: str) -> str:
 def bare_problem(doc: str, name: str, folders: list[str]) -> str:
     """Why a bare ``name.py`` in ``doc`` is wrong, or "". ``folders``: the repository folders its
     line names (a table row `harness/run/` … `config.py`): the file must be directly in one."""
+    own = FOLDER_READMES.get(doc)
     if folders:
-        if doc == "fidelity/README.md":  # its own modules, beside a folder named for context
-            folders = [*folders, "fidelity/"]
+        if own:  # its own modules, beside a folder named for context
+            folders = [*folders, f"{own}/"]
         if any((ROOT / folder / name).is_file() for folder in folders):
             return ""
         return f"{name}: not in {', '.join(folders)}"
     if doc == "docs/architecture.md":
         return f"{name}: write its path from the repository root"
-    if doc == "fidelity/README.md":
-        if (ROOT / "fidelity" / name).is_file():
+    if own:
+        if (ROOT / own / name).is_file():
             return ""
         if any(any((ROOT / folder).rglob(name)) for folder in REPO_FOLDERS):
             return ""
-        return f"{name}: no such file in fidelity/ or the repository"
-    return ""  # README.md names the user's own files bare (my_attacks.py)
+        return f"{name}: no such file in {own}/ or the repository"
+    return ""  # README.md and the user's pages name the user's own files bare (my_attacks.py)
 
 
 def doc_problems(doc: str, text: str) -> list[str]:
@@ -151,7 +160,7 @@ def doc_problems(doc: str, text: str) -> list[str]:
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_path_and_module_a_doc_names_exists(doc: str) -> None:
     text = (ROOT / doc).read_text()
-    assert doc_paths(text) or doc == "fidelity/README.md", f"{doc} names no repository path: the extractor is broken"
+    assert doc_paths(text) or doc in FOLDER_READMES, f"{doc} names no repository path: the extractor is broken"
     assert doc_problems(doc, text) == []
 
 
@@ -174,6 +183,34 @@ def test_a_planted_wrong_name_fails(planted: str, expected: str) -> None:
 def test_fidelity_readme_bare_names_resolve_in_fidelity() -> None:
     assert bare_problem("fidelity/README.md", "stats.py", []) == ""
     assert bare_problem("fidelity/README.md", "exact.py", []) == "exact.py: no such file in fidelity/ or the repository"
+    assert bare_problem("benchmarks/README.md", "overhead.py", []) == ""
+    assert bare_problem("benchmarks/README.md", "speed.py", []) == "speed.py: no such file in benchmarks/ or the repository"
+
+
+def test_every_docs_page_and_both_site_readmes_are_checked() -> None:
+    """The pages the README links and the site's nav lists are all in DOCS, so a new page cannot
+    escape the check."""
+    assert {"docs/architecture.md", "docs/cli.md", "docs/measurement.md", "docs/statistics.md", "docs/plugins.md",
+            "docs/release-audits.md", "docs/api.md"} <= set(DOCS)
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", (ROOT / "README.md").read_text()))
+    assert linked and linked <= set(DOCS)
+    assert set(FOLDER_READMES) <= set(DOCS)
+
+
+def test_the_plugin_page_spells_the_attackspec_signature() -> None:
+    """docs/plugins.md writes ``AttackSpec(...)`` out for plugin authors: every field, in order,
+    with its default, as the dataclass has them (a removed or renamed field is caught here)."""
+    import dataclasses
+
+    from attackaudit.adapters import AttackSpec
+
+    text = (ROOT / "docs/plugins.md").read_text()
+    written = re.search(r"`AttackSpec\(([^`]*)\)`", text)
+    assert written, "docs/plugins.md no longer writes out AttackSpec(...)"
+    args = [a.strip() for a in " ".join(written.group(1).split()).split(",")]
+    documented = [(a.partition("=")[0], ast.literal_eval(a.partition("=")[2]) if "=" in a else None) for a in args]
+    actual = [(f.name, None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(AttackSpec)]
+    assert documented == actual
 
 
 def test_a_bare_name_is_looked_up_in_the_folders_its_line_names() -> None:

@@ -340,12 +340,13 @@ def test_example_plugin_runs_beside_libraries_and_an_edit_is_never_reused(tmp_pa
     assert len(list((out / "superseded").glob("*.parquet"))) == 1
 
 
-def test_the_readme_plugin_loads_and_attacks_within_its_ball(tmp_path):
-    """The README's plugin is code a user copies: it must pass the checks and be a sound attack."""
+def test_the_docs_plugin_loads_and_attacks_within_its_ball(tmp_path):
+    """The plugin page's minimal plugin (docs/plugins.md) is code a user copies: it must pass the
+    checks and be a sound attack."""
     from attackaudit.measure.distance import lp_norm
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    code = readme.split("```python\n# my_attacks.py\n", 1)[1].split("```", 1)[0]
+    page = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    code = page.split("```python\n# my_attacks.py\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "my_attacks.py"
     path.write_text(code)
     (entry,) = load_plugin_file(path)
