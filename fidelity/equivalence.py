@@ -217,7 +217,7 @@ def _distance_tests(r: np.ndarray, delta: float) -> tuple[float, float, float]:
     return est, p_diff, max(signed_rank_p(r + delta, "greater"), signed_rank_p(r - delta, "less"))
 
 
-def testable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, margin: float = FAILURE_MARGIN,
+def reachable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, margin: float = FAILURE_MARGIN,
                        alpha: float = ALPHA) -> tuple[bool, bool]:
     """Whether the failure and the distance endpoint could each reach ``alpha`` at all, from their
     ancillary counts alone (the discordant images; the images both broke): Tarone's modified
@@ -231,7 +231,7 @@ def testable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, marg
 def _either_different(fa: np.ndarray, fb: np.ndarray, r: np.ndarray, p_fd: float, p_dd: float,
                       margin: float) -> float:
     """p of "either endpoint differs beyond its margin": Bonferroni over the testable endpoints."""
-    ps = [p for p, ok in zip((p_fd, p_dd), testable_endpoints(fa, fb, int(r.size), margin)) if ok]
+    ps = [p for p, ok in zip((p_fd, p_dd), reachable_endpoints(fa, fb, int(r.size), margin)) if ok]
     return float(min(1.0, len(ps) * min(ps))) if ps else 1.0
 
 
@@ -247,7 +247,7 @@ def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MA
     ``effect_size`` (rank-biserial in favour of ``a``), ``p_value`` (signed-rank test of θ = 0),
     ``p_distance_different``, ``p_distance_equivalent``. ``n_neither``: images neither broke (no
     evidence). Combined: ``p_different`` (Bonferroni over the endpoints that could show a
-    difference at all: ``testable_endpoints``), ``p_equivalent``
+    difference at all: ``reachable_endpoints``), ``p_equivalent``
     (intersection–union), ``direction`` (−1: ``a`` better, +1: ``b``, 0: no difference estimated;
     from the endpoint with the smaller difference p, failures first on a tie) and ``mixed``
     (each endpoint beyond its margin at level 5%, in opposite directions)."""

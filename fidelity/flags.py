@@ -27,7 +27,7 @@ from .defects import defect_findings
 from .equivalence import DELTA, benjamini_hochberg
 from .stats import ALPHA
 from .twins import twin_findings
-from .strength import below_expected_strength
+from .strength import strength_flags
 from .known_defects import known_defect_findings
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
@@ -364,7 +364,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     rows = _with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
-             + below_expected_strength(real, eps_max) + defect_findings(t) + known_defect_findings(t))
+             + strength_flags(real, eps_max) + defect_findings(t) + known_defect_findings(t))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))

@@ -145,7 +145,7 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         sig = sps.norm.isf(0.025)
         mixed = ((z_f_first > sig) & (z_d_second > sig)) | ((z_f_second > sig) & (z_d_first > sig))
         better_all.append(first)
-        # Tarone (equivalence.testable_endpoints): the failure endpoint counts only when its
+        # Tarone (equivalence.reachable_endpoints): the failure endpoint counts only when its
         # discordant images could pass the margin at all
         k = x10 + x01
         with np.errstate(invalid="ignore", divide="ignore"):
