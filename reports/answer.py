@@ -88,6 +88,12 @@ class Answer:
     def trusted(self) -> bool:
         return self.verdict not in ("none",)
 
+    @property
+    def rerun(self) -> str:
+        """What would decide an inconclusive verdict ("rerun with --samples N"), else ""."""
+        need = [m.images_to_decide for m in self.members[1:] if math.isfinite(m.images_to_decide)]
+        return f"rerun with --samples {max(need):.0f}" if self.verdict == "inconclusive" and need else ""
+
 
 def _float(value: object, default: float = float("nan")) -> float:
     try:

@@ -1,8 +1,11 @@
 """The first screen of ``report.html`` and of the compare / audit pages, and the evidence each
 verdict links to (one click away, by ``#id``).
 
-report.html: ``answer_section`` (one compact row per family and norm: verdict, trusted
-implementation(s), ξ with its interval, a badge for what was flagged), ``evidence_section`` (per
+report.html: ``answer_section`` (the rows of ``first_screen.screen_rows``: per family and norm its
+verdict and the family's ⚑ count in one header cell spanning its rows, then one row per trusted
+implementation, or the best flagged one, with its ξ and interval, a weak mark naming the best of
+its norm when it is far below it, and its own ⚑ count; nothing clipped: long names wrap),
+``evidence_section`` (per
 family and norm: the trust set's robustness curves with the envelope, the per-image scatter of the
 two implementations the verdict compared, the flagged implementations) and ``flag_rows_html``
 (per flagged implementation and norm, the per-image rows its flags rest on).
@@ -16,18 +19,17 @@ Every id comes from ``answer.anchor`` (a hash), so no library name reaches an at
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
 from . import text as T
 from .answer import Answer, answers, flag_anchor, flag_evidence_rows
+from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, WEAK_PICK_FRACTION, ScreenRow, norm_bests, screen_rows
 from .html_parts import Plots, esc, figure, table
 from .plots import members_svg, scatter_svg
 from .tables import Pair, ReportData
 
-#: how a verdict reads in the answer table
-VERDICT_LABEL = {"clear": "clear", "tied": "tied", "inconclusive": "inconclusive", "only implementation": "only",
-                 "none": "none"}
 VERDICT_TIP = {
     "clear": "one implementation is significantly better than the other unflagged ones",
     "tied": "the trusted implementations are equivalent here: use any",
@@ -49,16 +51,24 @@ header.top h1{font-size:1.35em;margin:0}
 p.ran{margin:2px 0 8px;font-size:.9em}
 section#answer h2{border-top:0;margin:6px 0 2px;padding-top:0;font-size:1.15em}
 p.key{color:var(--muted);font-size:.8em;margin:0 0 4px}
-.answer-grid{display:grid;grid-template-columns:1fr 1fr;gap:0 14px;max-height:calc(100vh - 150px);overflow-y:auto}
-table.answer{table-layout:fixed;width:100%;font-size:.8em;min-width:0}
-table.answer th,table.answer td{padding:2px 5px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:none}
-table.answer col.fam{width:122px}table.answer col.ver{width:80px}table.answer col.xi{width:112px}table.answer col.fl{width:44px}
+.answer-grid{display:grid;grid-template-columns:minmax(0,1fr);gap:6px 16px;max-height:calc(100vh - 200px);overflow-y:auto;align-items:start}
+@media (min-width:1700px){body.with-side main{max-width:none}.answer-grid{grid-template-columns:minmax(0,1fr) minmax(0,1fr)}}
+@media (max-width:1699px){.answer-grid table.answer+table.answer thead{display:none}}
+table.answer{table-layout:fixed;width:100%;font-size:.8em;min-width:0;margin:0}
+table.answer th,table.answer td{padding:2px 5px;max-width:none;white-space:normal;overflow-wrap:anywhere;vertical-align:top}
+table.answer thead th{white-space:nowrap;overflow-wrap:normal}
+table.answer tbody{border-top:1px solid var(--line)}
+table.answer tbody tr{background:none}table.answer tbody:nth-of-type(even){background:#fafbfc}
+table.answer col.fam{width:168px}table.answer col.ver{width:100px}table.answer col.pick{width:31%}table.answer col.xi{width:122px}table.answer col.fl{width:46px}
 table.answer a{color:inherit;text-decoration:none}table.answer a:hover{text-decoration:underline}
-.v{display:inline-block;padding:0 6px;border-radius:8px;font-size:.92em;font-weight:600}
+table.answer .fam a.badge{margin-left:2px}
+.v{display:inline-block;padding:0 6px;border-radius:8px;font-size:.92em;font-weight:600;white-space:nowrap}
 .v-clear{background:#dcf3e2;color:#135e28}.v-tied{background:#e1ecfa;color:#1f4f8a}.v-inconclusive{background:#fff1cc;color:#7a5600}
 .v-only{background:#eceff3;color:#3d4654}.v-none{background:#fbe0de;color:#8c1d13}
+.nowrap{white-space:nowrap}
+.weak{display:inline-block;padding:0 5px;border-radius:8px;background:#fff1cc;color:#7a5600;font-weight:600;white-space:nowrap}
 .ci{color:var(--muted);font-size:.9em}
-a.badge{display:inline-block;padding:0 6px;border-radius:8px;background:#fbe0de;color:#8c1d13;font-weight:600;text-decoration:none}
+a.badge{display:inline-block;white-space:nowrap;padding:0 6px;border-radius:8px;background:#fbe0de;color:#8c1d13;font-weight:600;text-decoration:none}
 .ev{border-top:1px solid var(--line);padding-top:4px}
 .ev:target,.rows:target,tr:target{background:#fffbe6}
 .ev figure{display:inline-block;vertical-align:top;margin:6px 12px 6px 0}
@@ -83,46 +93,88 @@ def _name(key: tuple[str, str]) -> str:
 def _who(a: Answer) -> str:
     if a.members:
         names = ", ".join(m.implementation for m in a.members)
-        need = [m.images_to_decide for m in a.members[1:] if math.isfinite(m.images_to_decide)]
-        return f"{names}; rerun with --samples {max(need):.0f}" if a.verdict == "inconclusive" and need else names
+        return f"{names}; {a.rerun}" if a.rerun else names
     return f"{a.top[0]} (best, flagged)" if a.flagged else "—"
 
 
-def _answer_row(a: Answer) -> str:
+def _wrappable(name: str) -> str:
+    """``name`` escaped, with a line-break opportunity after each "/" and "_" (long names wrap there)."""
+    return esc(name).replace("/", "/<wbr>").replace("_", "_<wbr>")
+
+
+def _flags_badge(r: ScreenRow) -> str:
+    """This implementation's own ⚑ count, naming its flags, linked to the rows they rest on."""
+    if not r.flags:
+        return ""
+    return (f'<a class="badge" href="#{flag_anchor(r.implementation, r.library_version, r.answer.norm)}" '
+            f'title="{esc(r.implementation)} under {esc(r.answer.norm)}: {esc(", ".join(r.flags))}">'
+            f"{esc(r.flags_text)}</a>")
+
+
+def _family_cells(r: ScreenRow) -> str:
+    """The family's header cell (family · norm and its ⚑ k of n, linked to the flagged list) and
+    its verdict, both spanning the family's rows."""
+    a = r.answer
     label = VERDICT_LABEL.get(a.verdict, a.verdict)
-    who = _who(a)
-    xi = T.f_opt(a.optimality)
-    ci = _ci(a.ci)
-    n_flagged = len(a.flagged)
-    badge = (f'<a class="badge" href="#{a.id}-f" title="{esc(", ".join(_name(k) for k in a.flagged))}">'
-             f"⚑ {n_flagged}</a>" if n_flagged else "")
-    return (f'<tr><th scope="row"><a href="#{a.id}">{esc(a.family)} · {esc(a.norm)}</a></th>'
-            f'<td><span class="v v-{esc(label)}" title="{esc(VERDICT_TIP.get(a.verdict, ""))}">{esc(label)}</span></td>'
-            f'<td title="{esc(who)}"><a href="#{a.id}">{esc(who)}</a></td>'
-            f'<td class="num" data-sort="{esc(T.sort_key(a.optimality))}">{esc(xi)}'
-            f'{f" <span class={chr(34)}ci{chr(34)}>{esc(ci)}</span>" if ci else ""}</td><td>{badge}</td></tr>')
+    flagged = ", ".join(f"{k[0]} {k[1]}".strip() for k in a.flagged)
+    badge = (f' <a class="badge" href="#{a.id}-f" title="flagged in {esc(r.family_text)}: {esc(flagged)}">'
+             f"{esc(r.family_flags_text)}</a>" if a.flagged else "")
+    span = f' rowspan="{r.span}"' if r.span > 1 else ""
+    return (f'<th scope="rowgroup" class="fam"{span}><a href="#{a.id}">{esc(r.family_text)}</a>{badge}</th>'
+            f'<td class="ver"{span}><span class="v v-{esc(label)}" title="{esc(VERDICT_TIP.get(a.verdict, ""))}">'
+            f"{esc(label)}</span></td>")
 
 
-def _answer_table(rows: list[Answer]) -> str:
-    head = ('<colgroup><col class="fam"><col class="ver"><col><col class="xi"><col class="fl"></colgroup>'
-            '<thead><tr><th scope="col">family · norm</th><th scope="col">verdict</th>'
-            '<th scope="col">trust</th><th scope="col" title="global ξ of the top pick, bootstrap 95% interval">'
-            'ξ (95% interval)</th><th scope="col" title="implementations of this family and norm that were flagged">'
-            "flags</th></tr></thead>")
-    return f'<table class="answer">{head}<tbody>{"".join(_answer_row(a) for a in rows)}</tbody></table>'
+def _note(r: ScreenRow) -> str:
+    """The weak mark (a badge, then the norm's best) and the images that would decide, unbroken."""
+    parts = []
+    if r.weak is not None:
+        tip = (f"ξ {T.f_opt(r.optimality)} is under {WEAK_PICK_FRACTION:g} of the best ξ of {r.answer.norm} in this "
+               f"run: this family is far from what the norm allows. Not a flag; the verdict within {r.answer.family} "
+               "stands.")
+        parts.append(f'<span class="weak" title="{esc(tip)}">weak</span>{_wrappable(r.weak_text[len("weak"):])}')
+    if r.rerun_text:  # "--samples N" kept on one line: a broken flag reads as two words
+        parts.append(re.sub(r"(--\S+ \S+)", r'<span class="nowrap">\1</span>', esc(r.rerun_text)))
+    return "; ".join(parts)
+
+
+def _answer_row(r: ScreenRow) -> str:
+    a = r.answer
+    name = f"{r.implementation} {r.library_version}".strip()
+    return (f'<tr>{_family_cells(r) if r.span else ""}'
+            f'<td class="pick"><a href="#{a.id}" title="{esc(name)}">{_wrappable(r.label)}</a></td>'
+            f'<td class="num">{esc(T.f_opt(r.optimality))}'
+            + (f' <span class="ci">{esc(r.ci_text)}</span>' if r.ci_text else "")
+            + f'</td><td class="nb">{_note(r)}</td><td class="own">{_flags_badge(r)}</td></tr>')
+
+
+def _answer_table(rows: list[ScreenRow]) -> str:
+    cls = ("fam", "ver", "pick", "xi", "nb", "fl")
+    head = ("<colgroup>" + "".join(f'<col class="{c}">' for c in cls) + "</colgroup><thead><tr>"
+            + "".join(f'<th scope="col" title="{esc(tip)}">{esc(h)}</th>' for h, tip in SCREEN_COLUMNS)
+            + "</tr></thead>")
+    bodies, body = [], []
+    for r in rows:
+        if r.span and body:
+            bodies.append(body)
+            body = []
+        body.append(_answer_row(r))
+    bodies += [body] if body else []
+    return f'<table class="answer">{head}' + "".join(f"<tbody>{''.join(b)}</tbody>" for b in bodies) + "</table>"
 
 
 def answer_section(data: ReportData, found: list[Answer]) -> str:
-    """The answer: one compact row per family and norm in two side-by-side tables (families with a
-    real choice first), each row linking to its evidence."""
+    """The answer: per family and norm its header cell and one row per implementation shown
+    (``first_screen.screen_rows``), in two side-by-side tables where the window is wide enough
+    (families with a real choice first), each row linking to its evidence."""
     if not found:
         return ('<section id="answer"><h2>Which implementation to trust</h2>'
                 "<p>No implementation produced results.</p></section>")
     half = -(-len(found) // 2)
-    tables = _answer_table(found[:half]) + (_answer_table(found[half:]) if len(found) > 1 else "")
-    key = ("clear: one is significantly better · tied: equivalent, use any · inconclusive: more images would decide · "
-           "only: the sole implementation · none: every one flagged. ξ = 1 matches the best found per image. "
-           "Click a row for its evidence, ⚑ for what was flagged.")
+    bests = norm_bests(data)
+    tables = _answer_table(screen_rows(found[:half], bests)) + (
+        _answer_table(screen_rows(found[half:], bests)) if len(found) > 1 else "")
+    key = f"{SCREEN_KEY} Click a row for its evidence, a ⚑ for what was flagged."
     return (f'<section id="answer"><h2>Which implementation to trust</h2><p class="key">{esc(key)}</p>'
             f'<div class="answer-grid">{tables}</div></section>')
 

@@ -1,7 +1,9 @@
 """The generated report.html in a real headless Chromium (Debian's ``chromium``): every plot
 renders, no console message at all (script errors, Content-Security-Policy violations, failed
-loads all log one), the tables are there and sort on click, and a screenshot is saved as a test
-artefact (test-artifacts/report.png)."""
+loads all log one), the tables are there and sort on click, the first screen reads whole at
+1280×800 and 1920×1080 (nothing clipped or off the edge, each ⚑ on the row it counts, weak picks
+marked), and a screenshot is saved as a test artefact (test-artifacts/report.png, and
+test-artifacts/first-screen-WxH.png at both sizes)."""
 from __future__ import annotations
 
 import base64
@@ -15,11 +17,13 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
 from attackaudit.results.store import write_job, write_manifest
+from test_report_first_screen import flag_counts, write_first_screen_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = ROOT / "test-artifacts" / "report.png"
@@ -164,6 +168,92 @@ def test_answer_on_the_first_screen_and_every_evidence_link_resolves(page: Path,
     flagged = [e for e in r["evidence"][1:] if e[1] > 0]
     assert flagged, r["evidence"]                          # the ⚑ badge lands on the flagged list
     assert {"DIV.rows", "DIV.ev"} <= set(r["targets"]), r["targets"]
+
+
+@pytest.fixture(scope="module")
+def screen_run(tmp_path_factory) -> Path:
+    """test_report_first_screen's run (every case of the first screen), reported."""
+    run = tmp_path_factory.mktemp("browser-first-screen")
+    write_first_screen_run(run)
+    return run
+
+
+# Measures the answer as laid out: every cell, badge and line of text of the answer tables must lie
+# inside its cell and the viewport (a clipped or cut name, a badge cut by its cell or a column off
+# the right edge each add to ``bad``); per row its texts, and whether its ⚑ badges lie on its row
+# (the implementation's) and in the family's header cell (the family's).
+SCREEN = """window.addEventListener('load',function(){var r={bad:[],rows:[]};
+var vw=document.documentElement.clientWidth;r.vw=vw;r.innerWidth=window.innerWidth;r.innerHeight=window.innerHeight;
+r.scrollY=window.scrollY;var grid=document.querySelector('#answer .answer-grid'),g=grid.getBoundingClientRect();
+r.grid=[g.left,g.top,g.right,g.bottom];r.gridMax=parseFloat(getComputedStyle(grid).maxHeight);
+r.tables=Array.prototype.map.call(grid.querySelectorAll('table.answer'),function(t){var b=t.getBoundingClientRect();
+return [b.left,b.top,b.right,b.bottom];});
+function inside(a,b){return a.left>=b.left-0.5&&a.right<=b.right+0.5&&a.top>=b.top-0.5&&a.bottom<=b.bottom+0.5;}
+function text(e){return e.textContent.replace(/\s+/g,' ').trim();}
+grid.querySelectorAll('th,td').forEach(function(c){if(!c.getClientRects().length){return;}
+var cb=c.getBoundingClientRect();
+if(c.scrollWidth>c.clientWidth+1||c.scrollHeight>c.clientHeight+1){r.bad.push(['cell overflows',text(c)]);}
+if(cb.right>vw+0.5||cb.left<-0.5){r.bad.push(['cell off the edge',text(c)]);}
+var w=document.createTreeWalker(c,NodeFilter.SHOW_TEXT),n;while((n=w.nextNode())){if(!n.textContent.trim()){continue;}
+var range=document.createRange();range.selectNodeContents(n);
+Array.prototype.forEach.call(range.getClientRects(),function(x){if(x.width>0&&(!inside(x,cb)||x.right>vw+0.5)){
+r.bad.push(['text cut',n.textContent.trim()]);}});}
+c.querySelectorAll('.v,.badge,.weak').forEach(function(e){if(e.scrollWidth>e.clientWidth+1||!inside(e.getBoundingClientRect(),cb)){
+r.bad.push(['badge cut',text(e)]);}});});
+grid.querySelectorAll('table.answer tbody').forEach(function(tb){var fam=tb.querySelector('th.fam'),fb=fam.querySelector('.badge');
+Array.prototype.forEach.call(tb.rows,function(tr,i){var own=tr.querySelector('td.own .badge'),rb=tr.getBoundingClientRect();
+var pick=tr.querySelector('td.pick a');
+r.rows.push({first:i===0,family:text(fam),famBadge:fb?text(fb):'',famBadgeInHeader:fb?inside(fb.getBoundingClientRect(),
+fam.getBoundingClientRect()):null,verdict:text(tb.querySelector('td.ver')),title:pick.getAttribute('title'),
+xi:text(tr.querySelector('td.num')),note:text(tr.querySelector('td.nb')),own:own?text(own):'',
+ownTitle:own?own.getAttribute('title'):'',ownOnRow:own?inside(own.getBoundingClientRect(),rb):null});});});
+var pre=document.createElement('pre');pre.id='aa-check';pre.textContent=JSON.stringify(r);
+document.body.appendChild(pre);});"""
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_first_screen_reads_whole(screen_run: Path, tmp_path: Path, width: int, height: int):
+    from attackaudit.reports.first_screen import WEAK_PICK_FRACTION
+
+    r = _probe(screen_run / "report.html", SCREEN, tmp_path, window=f"{width},{height}")
+    assert r["innerWidth"] == width and r["vw"] <= width and r["scrollY"] == 0
+    # nothing clipped, cut or past the right edge: every cell, badge and line of text inside its
+    # cell and the viewport
+    assert r["bad"] == [], r["bad"]
+    left, top, right, bottom = r["grid"]
+    assert 0 <= left and right <= r["vw"] and 0 < top < bottom <= r["innerHeight"], r
+    assert all(t[2] <= r["vw"] for t in r["tables"]), r["tables"]
+    # the answer's scroll area ends inside the first screen however many families a run has
+    assert top + r["gridMax"] <= r["innerHeight"] + 1, (top, r["gridMax"], r["innerHeight"])
+    # two tables side by side where the window is wide, one under the other where it is not
+    (l0, t0, r0, _), (l1, t1, _, _) = r["tables"]
+    assert (l1 > r0) if width >= 1700 else (t1 > t0 and abs(l1 - l0) < 1), r["tables"]
+    # each ⚑ on the row it counts: the implementation's own flags on its row, the family's count in
+    # the family's header cell
+    own, family = flag_counts(screen_run)
+    assert len(r["rows"]) == 11
+    for row in r["rows"]:
+        name, _, version = row["title"].rpartition(" ")
+        fam, norm = row["family"].split(" ⚑ ")[0].split(" · ")
+        n = own.get((name, version, norm), 0)
+        assert row["own"] == (f"⚑ {n}" if n else "") and row["ownOnRow"] in ((True,) if n else (None,)), row
+        k, total = family[(fam, norm)]
+        assert row["famBadge"] == (f"⚑ {k} of {total}" if k else "") and row["famBadgeInHeader"] in (
+            (True,) if k else (None,)), row
+    # a weak pick is marked on its row, with the best of its norm named
+    board = pd.read_csv(screen_run / "leaderboard.csv")
+    best = board.sort_values("optimality", ascending=False).drop_duplicates("norm").set_index("norm")
+    weak = [row for row in r["rows"] if row["note"].startswith("weak")]
+    assert [row["family"].split(" ⚑")[0] for row in weak] == ["ead · l2", "fab · linf"]
+    for row in weak:
+        norm = row["family"].split(" ⚑")[0].split(" · ")[1]
+        assert float(row["xi"].split()[0]) < WEAK_PICK_FRACTION * best.loc[norm, "optimality"]
+        assert f"best of {norm} is {best.loc[norm, 'implementation']}" in row["note"]
+    shot = ARTIFACT.parent / f"first-screen-{width}x{height}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    done = _chrome([f"--screenshot={shot}", f"--window-size={width},{height}", "--hide-scrollbars",
+                    (screen_run / "report.html").as_uri()], tmp_path / "profile-screen-shot")
+    assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
