@@ -15,6 +15,8 @@ from typing import Iterable
 import pandas as pd
 
 from . import text as T
+from .answer import answers
+from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, norm_bests, screen_rows
 from .plots import curve_svg, family_svg
 from .tables import ReportData
 
@@ -42,6 +44,21 @@ def _slug(*parts: object) -> str:
     return f"{safe}-{hashlib.sha1(raw.encode()).hexdigest()[:6]}"
 
 
+def answer_table(data: ReportData) -> str:
+    """The first screen's answer table: the rows and texts of report.html's (``first_screen``),
+    the family and verdict on the first row of each family and norm."""
+    rows = screen_rows(answers(data), norm_bests(data))
+    if not rows:
+        return "No implementation produced results.\n"
+    lines = ["| " + " | ".join(md(h) for h, _ in SCREEN_COLUMNS) + " |", "|---|---|---|---:|---|---:|"]
+    for r in rows:
+        family = f"{r.family_text} {r.family_flags_text}".strip() if r.span else ""
+        verdict = VERDICT_LABEL.get(r.answer.verdict, r.answer.verdict) if r.span else ""
+        cells = (family, verdict, r.label, r.xi_text, r.note_text, r.flags_text)
+        lines.append("| " + " | ".join(md(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix: str = "plots") -> str:
     """The report as Markdown; with ``plot_dir`` the plots are written there as SVG files and
     linked as ``plot_prefix/<name>.svg`` (without it the report refers to report.html)."""
@@ -58,6 +75,8 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
         return f"![{md(alt)}]({plot_prefix}/{path.name})\n"
 
     out.append("# Attack implementation audit\n")
+    out.append(answer_table(data))
+    out.append(f"{md(SCREEN_KEY)} The flags, with their evidence: section 5.\n")
     out.append(f"{md(', '.join(s['runs']) or 'result table')}. Which implementation of each attack to trust, and "
                "where the libraries disagree: same models, same samples, same query budget for every "
                "implementation.\n")

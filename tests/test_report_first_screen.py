@@ -195,3 +195,23 @@ def test_inconclusive_families_show_each_member_and_what_would_decide(screen):
                                          "art/ProjectedGradientDescentPyTorch 1.17"]
     assert pgd[0]["verdict"] == "inconclusive" and re.fullmatch(r"rerun with --samples \d+", pgd[0]["nb"])
     assert pgd[1]["nb"] == "" and not pgd[1]["first"]
+
+
+def _md_cells(line: str) -> list[str]:
+    cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [" ".join(unescape(re.sub(r"\\(.)", r"\1", c)).split()) for c in cells]
+
+
+def test_report_md_opens_with_the_same_answer_table(screen):
+    run, rows = screen
+    md = (run / "report.md").read_text().splitlines()
+    assert md[0] == "# Attack implementation audit" and md[1] == ""
+    body = []
+    for line in md[2:]:
+        if not line.startswith("|"):
+            break
+        body.append(line)
+    assert _md_cells(body[0]) == ["family · norm", "verdict", "pick", "ξ (95% interval)", "note", "⚑"]
+    expected = [[r["family"] if r["first"] else "", r["verdict"] if r["first"] else "", r["pick"], r["num"], r["nb"],
+                 r["own"]] for r in rows]
+    assert [_md_cells(line) for line in body[2:]] == expected
