@@ -10,7 +10,7 @@
   target on a large share of the images another implementation brought to the target.
 - ``label_bug`` (success test ignores the target): in a targeted run, the attack's own queries
   reached the target but it returned a non-target output, on more images than a sound attack of
-  its kind does (binomial against ``TARGET_KEPT_NULL_RATE``, BH over the report).
+  its kind does (binomial against ``TARGET_KEPT_NULL_RATE``, BH over the implementation's own models).
 - ``fallback_output``: the attack returned a default output (an all-zero or constant image, one
   output shared by several images) that would have counted as broken; the harness never counted
   it (harness/measure/fallback.py, the ``returned_fallback`` column).
@@ -213,7 +213,7 @@ def success_ignores_target(t: pd.DataFrame) -> list[dict]:
     """Targeted runs, per job: the images on which the attack's own queries reached the target
     (a finite best) but its returned output is not the target (``returned_class``, whatever class
     it is; a fallback output is ``fallback_output``'s), against a binomial with the sound rate of
-    its kind (``TARGET_KEPT_NULL_RATE``); BH over the report, q < ``ALPHA`` and at least
+    its kind (``TARGET_KEPT_NULL_RATE``); BH over the implementation's own models, q < ``ALPHA`` and at least
     ``TARGET_KEPT_MIN_IMAGES`` images make a ``label_bug``."""
     if not (len(t) and t["targeted"].any() and _has(t, "returned_class")):
         return []
@@ -226,7 +226,12 @@ def success_ignores_target(t: pd.DataFrame) -> list[dict]:
         rate = TARGET_KEPT_NULL_RATE.get(str(g["kind"].iat[0]), TARGET_KEPT_NULL_RATE["minimal"])
         tested.append((key, g, k, n, rate, float(sps.binom.sf(k - 1, n, rate)) if k else 1.0))
     out = []
-    q = benjamini_hochberg([c[-1] for c in tested]) if tested else []
+    # the multiplicity family is the implementation's own jobs (its models), never the report's
+    q = np.ones(len(tested))
+    impl_of = [tuple(c[0][1:]) for c in tested]  # JOB_KEY without the model
+    for impl in set(impl_of):
+        at = [i for i, x in enumerate(impl_of) if x == impl]
+        q[at] = benjamini_hochberg([tested[i][-1] for i in at])
     for (key, g, k, n, rate, p), qv in zip(tested, q):
         if not (qv < ALPHA and k >= TARGET_KEPT_MIN_IMAGES):
             continue
@@ -237,7 +242,7 @@ def success_ignores_target(t: pd.DataFrame) -> list[dict]:
         out.append(_finding(key, "label_bug", (
             f"success test ignores the target: its queries reached the target on {n} images, but it returned an "
             f"output outside the target on {k} of them ({at_label} still at the label); a sound {g['kind'].iat[0]} "
-            f"attack does on {rate:.0%}, p = {p:.2g}, BH q = {qv:.2g} over the report: {examples}")))
+            f"attack does on {rate:.0%}, p = {p:.2g}, BH q = {qv:.2g} over its own models: {examples}")))
     return out
 
 
