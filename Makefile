@@ -50,3 +50,13 @@ demo: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# opt-in mutation testing, not part of `make test` (docs/testing.md: scores, survivors, run times):
+# mutmut on each area of [tool.mutmut.areas] in pyproject.toml (AREAS="measure fidelity-verdicts"
+# picks some), at most MUTANT_LIMIT_S seconds an area (a rerun resumes), then each file's score
+MUTANT_CHILDREN ?= 1
+MUTANT_LIMIT_S ?= 1200
+.PHONY: mutants
+mutants: $(STAMP)
+	nice -n 19 $(PY) tests/run_mutants.py $(foreach a,$(AREAS),--area $(a)) --max-children $(MUTANT_CHILDREN) \
+		--time-limit $(MUTANT_LIMIT_S) --survivors

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.results.store import atomic_write_bytes, load_run, read_manifest
+from attackaudit.run.config import RunConfig  # torch-free: compare's defaults are the run's
 
 if TYPE_CHECKING:  # annotations only: importing torch here would make ``import attackaudit`` heavy
     from matplotlib.figure import Figure
@@ -42,9 +43,10 @@ NORMS = ("l0", "l1", "l2", "linf")
 def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor | np.ndarray", *,
             families: str | Sequence[str] | None = None, norms: str | Sequence[str] | None = None,
             libraries: str | Sequence[str] | None = None, attacks: str | Sequence[str] | None = None,
-            plugins: Sequence[str | os.PathLike] = (), budget: int = 2000, samples: int | None = None,
-            seed: int = 0, targeted: bool = False, metamorphic: bool = False, steps_scale: float = 1.0,
-            batch_size: int = 0, device: str = "auto", workers: int | None = None, timeout_s: float = 900.0,
+            plugins: Sequence[str | os.PathLike] = (), budget: int = RunConfig.budget, samples: int | None = None,
+            seed: int = RunConfig.seed, targeted: bool = RunConfig.targeted, metamorphic: bool = RunConfig.metamorphic,
+            steps_scale: float = RunConfig.steps_scale, batch_size: int = RunConfig.batch_size, device: str = "auto",
+            workers: int | None = None, timeout_s: float = RunConfig.timeout_s,
             out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None) -> "Result":
     """Run every matching attack implementation on ``model`` and say which ones to trust.
 

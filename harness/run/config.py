@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from attackaudit.sources.zoo import ZOO
-
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
     "quick": {"models": ["digits-cnn"], "norms": ["l2", "linf"], "samples": 8, "steps_scale": 0.1, "workers": 2},
@@ -122,7 +120,9 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 
 
 def validate(config: RunConfig) -> None:
-    from attackaudit.sources.zoo import twin_of
+    # imported here: the zoo imports torch, and RunConfig's defaults are read by `--help` and
+    # `attackaudit.compare`'s signature, which stay torch-free
+    from attackaudit.sources.zoo import ZOO, twin_of
 
     if not config.out:
         raise ConfigError("--out DIR is required: the directory the run's results go to")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attackaudit.run.config import RunConfig
+
 #: flags whose value is passed through as given (None when absent)
 GRID_VALUES = ["models", "families", "norms", "attacks", "samples", "budget", "seed", "steps_scale", "device",
                "workers", "timeout_s"]
@@ -18,7 +20,7 @@ def add_grid_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--norms", nargs="+")
     p.add_argument("--attacks", nargs="+", help="spec keys or implementations, e.g. adv_lib/fmn")
     p.add_argument("--samples", type=int)
-    p.add_argument("--budget", type=int, help="forwards + backwards per sample (default 2000)")
+    p.add_argument("--budget", type=int, help=f"forwards + backwards per sample (default {RunConfig.budget})")
     p.add_argument("--seed", type=int)
     p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
     p.add_argument("--targeted", action="store_true")

@@ -1,0 +1,213 @@
+"""`make mutants`: mutmut on one area of the package at a time, and the score of each file.
+
+mutmut 3 names a mutant after its file's path (``harness/measure/tracker.py`` would be
+``harness.measure.tracker``) and switches it on only where the running module's ``__module__``
+has that name; the tests import ``attackaudit.measure.tracker``. So each area runs in its own
+work directory, ``mutants/<area>/``, that holds the package laid out as installed (pyproject.toml's
+``package-dir``: ``harness/`` as ``attackaudit/``, ``fidelity/`` as ``attackaudit/fidelity/``, ...),
+the tests and a pyproject.toml made from the repository's ``[tool.mutmut]`` and the area's table
+``[tool.mutmut.areas.<area>]`` (``only_mutate``, ``do_not_mutate``, ``tests``). mutmut copies that
+tree into ``mutants/<area>/mutants/`` and puts it first on ``sys.path``; PYTHONPATH points there
+too, so tests that start a child process run the mutant in the child as well.
+
+Usage (from the repository root; `make mutants` runs every area):
+    python tests/run_mutants.py [--area NAME ...] [--max-children N] [--time-limit S] [--score-only]
+
+Results are kept in ``mutants/<area>/`` (a rerun tests only new or changed functions). The score
+of a file is (killed + timed out) / (mutants - equivalent ones): a mutant no test reaches counts
+as not killed. The equivalent mutants are the ones docs/testing.md names under "Equivalent
+mutants".
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "mutants"
+#: mutmut's exit codes per mutant, grouped as the score counts them (mutmut/stats.py)
+KILLED = {1, 3}
+TIMEOUT = {24, -24, 152, 255, 36}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+DOCS = ROOT / "docs" / "testing.md"
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def areas(project: dict) -> dict[str, dict]:
+    """``[tool.mutmut.areas]``: area name → {only_mutate, do_not_mutate, tests}."""
+    return project["tool"]["mutmut"]["areas"]
+
+
+def ensure_mutmut(project: dict) -> None:
+    """Install the mutmut pinned in the ``dev`` extra when it is not importable."""
+    if importlib.util.find_spec("mutmut") is not None:
+        return
+    pins = [p for p in project["project"]["optional-dependencies"]["dev"] if p.startswith("mutmut")]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *pins], check=True)
+
+
+def lay_out_package(work: Path, project: dict) -> None:
+    """``work/attackaudit``: each source folder copied where ``package-dir`` installs it (file times
+    kept, so mutmut tests again only the functions that changed)."""
+    package = work / "attackaudit"
+    if package.exists():
+        shutil.rmtree(package)
+    dirs = project["tool"]["setuptools"]["package-dir"]
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name, folder in sorted(dirs.items(), key=lambda item: item[0].count(".")):  # the parent first
+        target = work / Path(*name.split("."))
+        shutil.copytree(ROOT / folder, target, ignore=ignore, dirs_exist_ok=True)
+    for name, folder in dirs.items():  # a sub-package's source folder is not part of the parent's
+        nested = work / Path(*name.split("."))
+        stray = package / folder
+        if stray.exists() and stray != nested:
+            shutil.rmtree(stray)
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal for the str, bool, number and list values of ``[tool.mutmut]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML literal for {value!r}")
+
+
+def area_pyproject(project: dict, area: dict) -> str:
+    """The work directory's pyproject.toml: ``[tool.mutmut]`` with the area's files and tests, and
+    the repository's pytest options."""
+    mutmut = {k: v for k, v in project["tool"]["mutmut"].items() if k != "areas"}
+    mutmut["only_mutate"] = list(area["only_mutate"])
+    mutmut["do_not_mutate"] = list(area.get("do_not_mutate", []))
+    mutmut["pytest_add_cli_args_test_selection"] = list(area["tests"])
+    lines = ["[tool.mutmut]"] + [f"{k} = {toml_value(v)}" for k, v in mutmut.items()]
+    lines += ["", "[tool.pytest.ini_options]"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in project["tool"]["pytest"]["ini_options"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def prepare(name: str, project: dict) -> Path:
+    """``mutants/<name>/``, ready for ``mutmut run``."""
+    work = WORK / name
+    work.mkdir(parents=True, exist_ok=True)
+    lay_out_package(work, project)
+    tests = work / "tests"
+    if tests.exists():
+        shutil.rmtree(tests)
+    shutil.copytree(ROOT / "tests", tests, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+    for extra in project["tool"]["mutmut"].get("also_copy", []):  # what the tests read besides the package
+        link = work / extra.rstrip("/")
+        if not link.is_symlink():
+            link.symlink_to(ROOT / extra.rstrip("/"))
+    (work / "pyproject.toml").write_text(area_pyproject(project, areas(project)[name]))
+    return work
+
+
+def run_area(work: Path, max_children: int, time_limit: float) -> tuple[int, float]:
+    """``mutmut run`` in ``work``, stopped (SIGINT, then SIGKILL) after ``time_limit`` seconds;
+    (its exit code, seconds taken)."""
+    # made before mutmut starts: a sys.path entry that did not exist at start-up stays cached as
+    # "nothing here", and every import would fall through to the installed, unmutated package
+    (work / "mutants").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
+    mutmut = Path(sys.executable).with_name("mutmut")
+    command = ["timeout", "-s", "INT", "-k", "60", str(int(time_limit)),
+               str(mutmut), "run", "--max-children", str(max_children)]
+    start = time.monotonic()
+    code = subprocess.run(command, cwd=work, env=env).returncode
+    return code, time.monotonic() - start
+
+
+def equivalent_mutants(path: Path = DOCS) -> set[str]:
+    """The mutant names docs/testing.md lists under its "Equivalent mutants" heading."""
+    if not path.is_file():
+        return set()
+    text = path.read_text()
+    match = re.search(r"^## Equivalent mutants\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    return set(re.findall(r"`(attackaudit\.[^`\s]+__mutmut_\d+)`", match.group(1))) if match else set()
+
+
+def results(work: Path) -> dict[str, dict[str, int | None]]:
+    """Module path (``attackaudit/measure/tracker.py``) → mutant name → mutmut's exit code."""
+    found = {}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        rel = meta.relative_to(work / "mutants").as_posix().removesuffix(".meta")
+        found[rel] = json.loads(meta.read_text())["exit_code_by_key"]
+    return found
+
+
+def score(codes: dict[str, int | None], equivalent: set[str]) -> dict[str, float | int]:
+    """The counts of one file's mutants and its score (None: no mutant counted)."""
+    counted = {k: c for k, c in codes.items() if k not in equivalent}
+    tally = Counter("killed" if c in KILLED else "timeout" if c in TIMEOUT else "survived" if c in SURVIVED
+                    else "no tests" if c in NO_TESTS else "not run" if c is None else "other"
+                    for c in counted.values())
+    ran = len(counted) - tally["not run"]
+    return {"mutants": len(codes), "equivalent": len(codes) - len(counted), **tally,
+            "score": (tally["killed"] + tally["timeout"]) / ran if ran else None}
+
+
+def report(name: str, work: Path, equivalent: set[str]) -> list[str]:
+    """Print one area's table (a line per file, then the area's total); return its survivors."""
+    table = results(work)
+    columns = ["mutants", "equivalent", "killed", "timeout", "survived", "no tests", "not run", "other"]
+    print(f"\narea {name}")
+    print(f"  {'file':46s} " + " ".join(f"{c:>10s}" for c in columns) + "      score")
+    total: dict[str, dict[str, int | None]] = {}
+    for path, codes in table.items():
+        total[path] = codes
+        s = score(codes, equivalent)
+        shown = "    -" if s["score"] is None else f"{100 * s['score']:5.1f}%"
+        print(f"  {path:46s} " + " ".join(f"{s.get(c, 0):>10d}" for c in columns) + f"     {shown}")
+    merged = {k: c for codes in total.values() for k, c in codes.items()}
+    s = score(merged, equivalent)
+    shown = "    -" if s["score"] is None else f"{100 * s['score']:5.1f}%"
+    print(f"  {'total':46s} " + " ".join(f"{s.get(c, 0):>10d}" for c in columns) + f"     {shown}")
+    return sorted(k for k, c in merged.items() if k not in equivalent and (c in SURVIVED or c in NO_TESTS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    project = pyproject()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--area", action="append", choices=sorted(areas(project)),
+                        help="an area of [tool.mutmut.areas] (repeatable; default: all)")
+    parser.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
+    parser.add_argument("--time-limit", type=float, default=1200.0,
+                        help="seconds one area's run may take before it is stopped (default 1200; a rerun resumes)")
+    parser.add_argument("--score-only", action="store_true", help="print the kept results, run nothing")
+    parser.add_argument("--survivors", action="store_true", help="also list the surviving mutants")
+    args = parser.parse_args(argv)
+    if not args.score_only:
+        ensure_mutmut(project)
+    equivalent = equivalent_mutants()
+    for name in args.area or sorted(areas(project)):
+        work = WORK / name
+        if not args.score_only:
+            code, seconds = run_area(prepare(name, project), args.max_children, args.time_limit)
+            print(f"area {name}: mutmut exited {code} after {seconds / 60:.1f} min")
+        survivors = report(name, work, equivalent)
+        if args.survivors:
+            print("\n".join(f"    survived: {s}" for s in survivors))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
