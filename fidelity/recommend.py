@@ -42,7 +42,7 @@ from .flags import flagged
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
 from .class_failure import class_notes_of
-from .strength import expectations, expected, is_strong, strength_findings
+from .strength import expectations, expected, is_strong, shortfall_note, strength_findings
 from .twins import twin_notes
 
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
@@ -256,26 +256,12 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
                    (eps_max or {}).get(norm), n_boot, seed, alpha, dataset_images, style)
         mine = [f"{r.implementation}: {n}" for r in g.itertuples(index=False)
                 for n in notes.get((r.implementation, r.library_version, norm), [])]
-        short = _shortfall_note(family, norm, strength, best_of_norm.loc[norm])
+        short = shortfall_note(family, norm, strength, best_of_norm.loc[norm])
         if short and row["verdict"] != "none":
             row["summary"] = f"{row['summary']}. {short}"
         row["note"] = "; ".join([x for x in [row["note"], short, *mine] if x])
         rows.append(row)
     return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
-
-
-def _shortfall_note(family: str, norm: str, strength: pd.DataFrame, norm_best: pd.Series) -> str:
-    """For a strong family whose implementations in every library here fall far below its published
-    strength (``strength_findings``' ``family_shortfall``): the note that says why none is flagged."""
-    mine = strength[(strength["family"] == family) & (strength["norm"] == norm)]
-    if mine.empty or not mine["family_shortfall"].all():
-        return ""
-    xi = mine["optimality"].astype(float)
-    return (f"every implementation of {family} under {norm} here (ξ {xi.min():.3f}–{xi.max():.3f}) is below half of "
-            f"the optimality AttackBench publishes ({float(mine['expected'].iloc[0]):.3f}) and of the best attack of "
-            f"{norm} here ({norm_best['best_in_norm_impl']}, ξ {float(norm_best['best_in_norm']):.3f}): the run's "
-            f"settings (steps, budget) or a flaw they share, not one implementation; for {norm}, use "
-            f"{norm_best['best_in_norm_impl']}")
 
 
 def label_notes(table: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:

@@ -25,6 +25,7 @@ import pandas as pd
 from scipy import stats
 
 from .equivalence import benjamini_hochberg
+from .known_defects import matches
 from .optimality import global_optimality, local_optimality
 from .stats import ALPHA
 
@@ -186,3 +187,24 @@ def strength_flags(table: pd.DataFrame, eps_max: Mapping[str, float] | None = No
         else:
             merged[key] = dict(f)
     return list(merged.values())
+
+
+def shortfall_note(family: str, norm: str, strength: pd.DataFrame, norm_best: pd.Series) -> str:
+    """For a strong family whose implementations in every library here fall far below its published
+    strength (``strength_findings``' ``family_shortfall``): the note that says why none is flagged."""
+    mine = strength[(strength["family"] == family) & (strength["norm"] == norm)]
+    if mine.empty or not mine["family_shortfall"].all():
+        return ""
+    xi = mine["optimality"].astype(float)
+    known = {r.implementation: matches(r.implementation, norm, r.library_version) for r in mine.itertuples(index=False)}
+    traced = [d for found in known.values() for d in found]
+    if all(known.values()):   # the defect corpus explains every one of them
+        cause = (f"not the run's settings: every implementation of {family} under {norm} here has a defect known "
+                 f"from attackaudit's defect corpus ({'; '.join(sorted({d['case'] for d in traced}))}: "
+                 f"fidelity/known_defects.json)")
+    else:
+        cause = "the run's settings (steps, budget) or a flaw they share, not one implementation"
+    return (f"every implementation of {family} under {norm} here (ξ {xi.min():.3f}–{xi.max():.3f}) is below half of "
+            f"the optimality AttackBench publishes ({float(mine['expected'].iloc[0]):.3f}) and of the best attack of "
+            f"{norm} here ({norm_best['best_in_norm_impl']}, ξ {float(norm_best['best_in_norm']):.3f}): {cause}; "
+            f"for {norm}, use {norm_best['best_in_norm_impl']}")

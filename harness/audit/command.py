@@ -103,7 +103,6 @@ def _split(text) -> list[str]:
 def implementation_records(diff) -> list[dict]:
     """One audit.json record per implementation and norm of a ``fidelity.diff`` table."""
     from attackaudit.reports.text import verdict_line
-
     out = []
     for _, r in diff.iterrows():
         out.append({
@@ -112,10 +111,11 @@ def implementation_records(diff) -> list[dict]:
             "version_before": r["version_a"], "version_after": r["version_b"],
             "optimality_before": r["optimality_a"], "optimality_after": r["optimality_b"],
             "delta_optimality": r["delta_optimality"], "asr_before": r["asr_a"], "asr_after": r["asr_b"],
-            "paired_test": {"test": "wilcoxon signed-rank on per-sample best distances",
-                            "n_samples": r["n_samples"], "n_better": r["n_better"], "n_worse": r["n_worse"],
-                            "ties": r["ties"], "statistic": r["statistic"], "p_value": r["p_value"],
-                            "effect_size": r["effect_size"]},
+            # p_value: the verdict's (either endpoint beyond its margin, over its own tests; None: not tested)
+            "paired_test": {"test": "per image: failure (paired, ±5 points) and distance ratio (signed rank, ±5%)",
+                            **{k: r[k] for k in ("n_samples", "n_better", "n_worse", "ties", "answer", "effect_size")},
+                            "failure_before": r["failure_a"], "failure_after": r["failure_b"], "p_distance": r["p_value"],
+                            "p_value": float(r["p_adjusted"]) if math.isfinite(r["p_adjusted"]) else None},
             "flags_before": _split(r["flags_a"]), "flags_after": _split(r["flags_b"]),
             "flags_appeared": _split(r["flags_appeared"]), "flags_disappeared": _split(r["flags_disappeared"]),
         })
