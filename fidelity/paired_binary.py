@@ -114,8 +114,11 @@ def images_needed(fail_a: np.ndarray, fail_b: np.ndarray, alpha: float, power: f
         plan = abs(diff) - z_bound * se
         if plan <= margin:
             return float("inf")
-        var = max(disc_hi - plan ** 2, 1e-12)
-        return float(np.ceil((stats.norm.isf(alpha / 2) + z_power) ** 2 * var / (plan - margin) ** 2))
+        # the score test's variance at the margin (its null) for the critical value, at the planned
+        # truth for the power: n = (z_α σ₀ + z_β σ₁)² / (Δ − m)²
+        sd0 = np.sqrt(max(disc_hi, margin) - margin ** 2)
+        sd1 = np.sqrt(max(disc_hi - plan ** 2, 1e-12))
+        return float(np.ceil((stats.norm.isf(alpha / 2) * sd0 + z_power * sd1) ** 2 / (plan - margin) ** 2))
     plan = abs(diff) + z_bound * se
     if plan >= margin:
         return float("inf")

@@ -9,7 +9,8 @@ nominal when the observed effect happened to be large. Per endpoint (``equivalen
   effect nearer the margin is the planned truth; the size gives the minimum-effect test ``POWER``
   at α/2 (the Bonferroni share of one endpoint). Either endpoint suffices: the smaller size.
 - **leaning equivalent** (inside both margins): the bound farther from 0 is the planned truth; the
-  size gives TOST ``POWER``. Both endpoints must be shown: the larger size.
+  size gives each endpoint's TOST √``POWER``, so that both are shown with about ``POWER``
+  together. Both endpoints must be shown: the larger size.
 
 When the bound reaches the margin, no size has that power at the planned truth: ``inf`` ("more
 images would not decide it"). The distance endpoint's standard error is the bootstrap standard
@@ -87,9 +88,10 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
         if dist_beyond:
             sizes.append(distance_images(r, share, alpha / 2, delta, power))
         need = min(sizes)
-    else:
-        need = max(paired_binary.images_needed(fa, fb, alpha, power, margin),
-                   distance_images(r, share, alpha, delta, power))
+    else:  # both endpoints must be shown: each at √power, so that both are at ≈ power together
+        each = float(np.sqrt(power))
+        need = max(paired_binary.images_needed(fa, fb, alpha, each, margin),
+                   distance_images(r, share, alpha, delta, each))
     return float(max(need, n + 1)) if np.isfinite(need) else float("inf")
 
 

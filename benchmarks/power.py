@@ -1,0 +1,121 @@
+"""The power ``images_to_decide`` actually buys: simulate an inconclusive comparison, rerun it at
+the size it asks for, and count how often the rerun decides the right way (issue 36 item 5).
+
+Per scenario (a true per-image distance effect θ and a true failure-rate difference Δ) and
+repetition: draw ``--first`` images (default 32) of a pair whose per-image log ratios are θ plus
+**real seed noise** (the log ratios between two seeds of the randomised built-ins on the images
+both seeds broke, pooled from ``benchmarks/noise/corpus.parquet`` and centred per attack: heavy
+tailed, foolbox PGD's included) and whose failures differ by Δ; when ``equivalence.compare`` is
+inconclusive, ask ``sample_size.images_to_decide`` for N and draw N fresh images from the same
+truth. The right answer is "different" when θ or Δ lies beyond its margin (5% / 5 points),
+"equivalent" when both lie inside. Printed per scenario: the share inconclusive at the first
+size, the median N (and its quartiles), the power achieved at N (the share of reruns deciding
+right), the power in the lowest third of N (where a plug-in of the observed effect used to fail),
+and the share of reruns deciding *wrong* (a false verdict, which must stay near α).
+
+    python benchmarks/power.py [--reps 200] [--first 32] [--seed 0] [--cap 4000]
+
+Sizes above ``--cap`` images are not simulated (counted as "beyond cap"). Measured numbers are in
+fidelity/README.md ("Statistics").
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from attackaudit.fidelity.equivalence import DELTA, answer, compare  # noqa: E402
+from attackaudit.fidelity.paired_binary import FAILURE_MARGIN  # noqa: E402
+from attackaudit.fidelity.sample_size import images_to_decide  # noqa: E402
+from attackaudit.fidelity.stats import ALPHA  # noqa: E402
+
+#: (θ as a relative distance effect, Δ as a failure-rate difference, base failure rate)
+SCENARIOS = [(0.00, 0.00, 0.0), (0.02, 0.00, 0.0), (0.035, 0.00, 0.1), (0.08, 0.00, 0.0),
+             (0.12, 0.00, 0.1), (0.00, 0.10, 0.1), (0.00, 0.15, 0.2), (0.02, 0.02, 0.1)]
+
+
+def real_seed_noise() -> np.ndarray:
+    """(m,) per-image log ratios between two seeds of the corpus's randomised built-ins, centred
+    per (implementation, norm) so that they carry spread and tails, not an effect."""
+    import real_noise
+    from attackaudit.sources.twins import RANDOMISED_BUILTINS
+
+    c = real_noise.load()
+    w = real_noise._wide(c, "seed")
+    w = w[w["implementation"].isin(RANDOMISED_BUILTINS)]
+    a, b = w["best_distance_a"].to_numpy(float), w["best_distance_b"].to_numpy(float)
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    w = w[ok].assign(r=np.log(a[ok] / b[ok]))
+    return (w["r"] - w.groupby(["implementation", "norm"])["r"].transform("median")).to_numpy(float)
+
+
+def draw(rng: np.random.Generator, noise: np.ndarray, n: int, theta: float, delta_fail: float,
+         base_fail: float) -> np.ndarray:
+    """(3, n) pair values of ``n`` images from the truth (θ, Δ)."""
+    fb = (rng.random(n) < base_fail).astype(float)
+    fa = (rng.random(n) < base_fail + delta_fail).astype(float)
+    r = np.log1p(theta) + rng.choice(noise, n)
+    return np.vstack([fa, fb, np.where((fa == 0) & (fb == 0), r, np.nan)])
+
+
+def right_answer(theta: float, delta_fail: float) -> str:
+    return "different" if abs(np.log1p(theta)) > DELTA or abs(delta_fail) > FAILURE_MARGIN else "equivalent"
+
+
+def scenario(rng: np.random.Generator, noise: np.ndarray, theta: float, delta_fail: float, base_fail: float,
+             reps: int, first: int, cap: int) -> dict:
+    truth = right_answer(theta, delta_fail)
+    sizes, outcomes, undecided, beyond = [], [], 0, 0
+    for _ in range(reps):
+        x = draw(rng, noise, first, theta, delta_fail, base_fail)
+        c = compare(x)
+        if answer(c["p_different"], c["p_equivalent"], ALPHA) != "inconclusive":
+            continue
+        undecided += 1
+        need = images_to_decide(x, ALPHA)
+        if not np.isfinite(need) or need > cap:
+            beyond += 1
+            continue
+        c = compare(draw(rng, noise, int(need), theta, delta_fail, base_fail))
+        sizes.append(need)
+        outcomes.append(answer(c["p_different"], c["p_equivalent"], ALPHA))
+    sizes_a, out = np.asarray(sizes), np.asarray(outcomes)
+    low = sizes_a <= np.quantile(sizes_a, 1 / 3) if sizes_a.size else np.zeros(0, bool)
+    wrong = {"different": "equivalent", "equivalent": "different"}[truth]
+    return {"theta": theta, "delta_fail": delta_fail, "truth": truth, "undecided": undecided / reps,
+            "beyond_cap": beyond / max(undecided, 1), "n_q": np.quantile(sizes_a, [0.25, 0.5, 0.75]) if sizes_a.size else None,
+            "power": float(np.mean(out == truth)) if out.size else np.nan,
+            "power_low_third": float(np.mean(out[low] == truth)) if low.any() else np.nan,
+            "wrong": float(np.mean(out == wrong)) if out.size else np.nan}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--first", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cap", type=int, default=4000)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    noise = real_seed_noise()
+    print(f"real seed noise: {noise.size} image pairs, sd {noise.std():.3f}, "
+          f"{np.mean(np.abs(noise) > DELTA):.0%} beyond ±5%; {args.reps} reps, first {args.first} images")
+    print("| θ | Δ fail | truth | inconclusive at first | N (q1 / median / q3) | power at N | power, lowest third of N | wrong at N |")
+    print("|---|---|---|---|---|---|---|---|")
+    t0 = time.perf_counter()
+    for theta, delta_fail, base in SCENARIOS:
+        s = scenario(rng, noise, theta, delta_fail, base, args.reps, args.first, args.cap)
+        n = "–" if s["n_q"] is None else " / ".join(f"{v:.0f}" for v in s["n_q"])
+        print(f"| {theta:+.1%} | {delta_fail:+.0%} | {s['truth']} | {s['undecided']:.2f} "
+              f"(beyond cap {s['beyond_cap']:.2f}) | {n} | {s['power']:.2f} | {s['power_low_third']:.2f} | {s['wrong']:.3f} |")
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
