@@ -74,8 +74,8 @@ def compare_main(args: argparse.Namespace) -> int:
     ``diff.csv``, ``diff.json``, ``audit.json`` (the verdicts), ``compare.md`` and
     ``compare.html`` in ``--out`` (default DIR_B)."""
     from attackaudit import fidelity
-    from .html import render_compare_html
-    from .markdown import render_compare_markdown
+    from .audit_html import render_compare_html
+    from .audit_markdown import render_compare_markdown
 
     run_a, run_b = Path(args.run_a), Path(args.run_b)
     table_a, _, _ = load_runs([run_a])
@@ -87,7 +87,7 @@ def compare_main(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"cannot write the comparison into {out} ({exc.strerror or exc})") from None
-    from .text import verdict_line
+    from .audit_text import verdict_line
 
     diff.to_csv(out / "diff.csv", index=False)
     dump_json(records(diff), out / "diff.json")

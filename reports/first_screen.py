@@ -17,8 +17,8 @@ import pandas as pd
 
 from attackaudit.fidelity.recommend import WEAK_FRACTION
 from .answer import Answer
+from .formats import f_opt
 from .tables import ReportData
-from .text import f_opt
 
 #: how a verdict reads in the answer table
 VERDICT_LABEL = {"clear": "clear", "tied": "tied", "inconclusive": "inconclusive", "only implementation": "only",

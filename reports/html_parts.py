@@ -1,6 +1,7 @@
-"""The pieces every HTML page of the reports is built from: escaping, tables, figures and the
-page-wide sharing of inline plots' definitions (``html.py`` writes report.html and the compare
-page with them; ``answer_html.py`` the first screen and the evidence).
+"""The pieces every HTML page of the reports is built from: escaping, tables, lists, figures and
+the page-wide sharing of inline plots' definitions (``html.py`` writes report.html with them,
+``answer_html.py`` its first screen and evidence, ``audit_html.py`` the release audit's page;
+``html_page.py`` the document around each).
 
 Everything that came from a library, a user or a config goes through ``esc`` (``html.escape``),
 attribute values included.
@@ -12,25 +13,25 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from . import text as T
+from .formats import Col, f_text, sort_key
 from .svg import Svg
 
 
 def esc(value: object) -> str:
     """``value`` as text safe in HTML content and in quoted attribute values."""
-    return html.escape(T.f_text(value), quote=True)
+    return html.escape(f_text(value), quote=True)
 
 
-def _td(col: T.Col, value: object, extra_class: str = "", sortable: bool = True, href: str = "") -> str:
+def _td(col: Col, value: object, extra_class: str = "", sortable: bool = True, href: str = "") -> str:
     # a plain (unsortable) table repeats often: no per-cell class, its numbers use tabular figures
     classes = [c for c in ("num" if col.numeric and sortable else "", extra_class) if c]
     cls = f' class="{" ".join(classes)}"' if classes else ""
-    sort = f' data-sort="{esc(T.sort_key(value))}"' if col.numeric and sortable else ""
+    sort = f' data-sort="{esc(sort_key(value))}"' if col.numeric and sortable else ""
     shown = esc(col.fmt(value))
     return f"<td{cls}{sort}>{f'<a href={chr(34)}#{esc(href)}{chr(34)}>{shown}</a>' if href and shown else shown}</td>"
 
 
-def table(frame: pd.DataFrame, cols: Iterable[T.Col], *, caption: str = "", classes: dict[str, str] | None = None,
+def table(frame: pd.DataFrame, cols: Iterable[Col], *, caption: str = "", classes: dict[str, str] | None = None,
           row_class=None, sortable: bool = True, links: dict[str, Callable[[pd.Series], str]] | None = None) -> str:
     """A table of ``frame``'s ``cols`` (absent columns are skipped); ``sortable``: a click on a
     header sorts it; ``links``: column key -> the id (without "#") a row's cell links to."""
@@ -47,6 +48,14 @@ def table(frame: pd.DataFrame, cols: Iterable[T.Col], *, caption: str = "", clas
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return (f'<div class="table-wrap"><table class="{"sortable" if sortable else "plain"}">{cap}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def ul(items: Iterable[str], cls: str = "") -> str:
+    """A bulleted list of ``items`` (escaped), of class ``cls``; "" when there are none."""
+    items = list(items)
+    if not items:
+        return ""
+    return f'<ul{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>' + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
 def figure(svg: str, caption: str, label: str) -> str:

@@ -1,47 +1,26 @@
-"""``report.md``: the same content as the HTML report as GitHub-flavoured Markdown. Plots are
-written as SVG files under ``plots/`` beside it and linked relatively.
+"""``report.md``: the run report as GitHub-flavoured Markdown, the same content as report.html for
+a reader of a repository or a pull request. It opens on the same answer table (``first_screen``);
+plots are written as SVG files under ``plots/`` beside it and linked relatively.
 
-Table cells and sentences go through ``md``: ``<``, ``>`` and ``&`` become entities (Markdown
-renderers pass raw HTML through) and ``|`` is escaped, so names from libraries stay text.
+Table cells and sentences go through ``markdown_parts.md``, so names from libraries stay text.
 """
 from __future__ import annotations
 
-import hashlib
-import html
 import re
 from pathlib import Path
-from typing import Iterable
-
-import pandas as pd
+from typing import Callable
 
 from . import text as T
 from .answer import answers
+from .audit_markdown import render_compare_markdown  # noqa: F401  (imported from here by harness/audit)
 from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, norm_bests, screen_rows
+from .markdown_parts import md, slug, table
 from .plots import curve_svg, family_svg
+from .svg import Svg
 from .tables import ReportData
 
-
-def md(value: object) -> str:
-    s = " ".join(T.f_text(value).split())
-    s = html.escape(s, quote=False)
-    s = re.sub(r"([|\\`*\[\]])", r"\\\1", s)
-    # "_" only where it could start or end emphasis (adv_lib stays readable)
-    return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
-
-
-def table(frame: pd.DataFrame, cols: Iterable[T.Col]) -> str:
-    cols = [c for c in cols if c.key in frame.columns]
-    lines = ["| " + " | ".join(md(c.header) for c in cols) + " |",
-             "|" + "|".join("---:" if c.numeric else "---" for c in cols) + "|"]
-    for _, r in frame.iterrows():
-        lines.append("| " + " | ".join(md(c.fmt(r[c.key])) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _slug(*parts: object) -> str:
-    raw = "-".join(str(p) for p in parts)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-")[:60]
-    return f"{safe}-{hashlib.sha1(raw.encode()).hexdigest()[:6]}"
+#: writes one plot and returns the Markdown that shows it: (draw the plot, file name, alt text) -> text
+PlotWriter = Callable[[Callable[[], Svg], str, str], str]
 
 
 def answer_table(data: ReportData) -> str:
@@ -62,37 +41,53 @@ def answer_table(data: ReportData) -> str:
 def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix: str = "plots") -> str:
     """The report as Markdown; with ``plot_dir`` the plots are written there as SVG files and
     linked as ``plot_prefix/<name>.svg`` (without it the report refers to report.html)."""
-    out: list[str] = []
-    s = data.summary
     if plot_dir is not None:
         plot_dir.mkdir(parents=True, exist_ok=True)
+    plot = _plot_writer(plot_dir, plot_prefix)
+    sections: list[tuple[str, Callable[[ReportData, str], list[str]]]] = [
+        ("Summary and recommendation", _summary), ("Leaderboard per norm", _leaderboard),
+        ("Robust accuracy against ε", lambda d, head: _curves(d, head, plot)),
+        ("Alignment of shared families", lambda d, head: _alignment(d, head, plot)),
+        ("Flags", _flags), ("Crashes, timeouts and invalid output", _crashes)]
+    if data.true_optimality is not None and len(data.true_optimality):
+        sections.append(("Against exact distances", _exact))
+    sections.append(("Implementations and parameters", _implementations))
+    out = _opening(data, [title for title, _ in sections])
+    for n, (title, section) in enumerate(sections, 1):
+        out += section(data, f"## {n}. {title}")
+    return "\n".join(out).rstrip() + "\n"
 
-    def plot(svg_fn, name: str, alt: str) -> str:
+
+def _plot_writer(plot_dir: Path | None, plot_prefix: str) -> PlotWriter:
+    def plot(svg_fn: Callable[[], Svg], name: str, alt: str) -> str:
         if plot_dir is None:
             return "_(plot in report.html)_\n"
         path = plot_dir / f"{name}.svg"
         path.write_text(svg_fn().standalone(), encoding="utf-8")
         return f"![{md(alt)}]({plot_prefix}/{path.name})\n"
 
-    out.append("# Attack implementation audit\n")
-    out.append(answer_table(data))
-    out.append(f"{md(SCREEN_KEY)} The flags, with their evidence: section 5.\n")
-    out.append(f"{md(', '.join(s['runs']) or 'result table')}. Which implementation of each attack to trust, and "
-               "where the libraries disagree: same models, same samples, same query budget for every "
-               "implementation.\n")
-    out.append("## Contents\n")
-    toc = ["Summary and recommendation", "Leaderboard per norm", "Robust accuracy against ε",
-           "Alignment of shared families", "Flags", "Crashes, timeouts and invalid output"]
-    if data.true_optimality is not None and len(data.true_optimality):
-        toc.append("Against exact distances")
-    toc.append("Implementations and parameters")
-    for i, title in enumerate(toc, 1):
+    return plot
+
+
+def _opening(data: ReportData, titles: list[str]) -> list[str]:
+    """The title, the answer table and its key, what the report is, and the contents."""
+    out = ["# Attack implementation audit\n", answer_table(data),
+           f"{md(SCREEN_KEY)} The flags, with their evidence: section 5.\n",
+           f"{md(', '.join(data.summary['runs']) or 'result table')}. Which implementation of each attack to trust, "
+           "and where the libraries disagree: same models, same samples, same query budget for every "
+           "implementation.\n",
+           "## Contents\n"]
+    for i, title in enumerate(titles, 1):
         anchor = re.sub(r"[^\w\- ]", "", f"{i}. {title}".lower()).replace(" ", "-")
         out.append(f"{i}. [{title}](#{anchor})")
     out.append("")
+    return out
 
-    n = 1
-    out.append(f"## {n}. Summary and recommendation\n\n{md(T.EXPLAIN_SUMMARY)}\n\n### What ran\n")
+
+def _summary(data: ReportData, head: str) -> list[str]:
+    """What ran, the findings, skipped attacks and the recommendation table."""
+    s = data.summary
+    out = [f"{head}\n\n{md(T.EXPLAIN_SUMMARY)}\n\n### What ran\n"]
     out += [f"- **{md(k)}**: {md(v)}" for k, v in T.facts(data)]
     out.append("\n### Findings\n")
     out += [f"- {md(f)}" for f in T.findings(data)]
@@ -102,24 +97,32 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
     out.append(f"\n### Which implementation to trust\n\n{md(T.EXPLAIN_RECOMMEND)}\n")
     rec = T.recommendation_rows(data)
     out.append(table(rec, T.RECOMMEND_COLS) if len(rec) else "No implementation produced results.\n")
+    return out
 
-    n += 1
-    out.append(f"## {n}. Leaderboard per norm\n\n{md(T.EXPLAIN_LEADERBOARD.replace(' Click a column header to sort.', ''))}\n")
+
+def _leaderboard(data: ReportData, head: str) -> list[str]:
+    out = [f"{head}\n\n{md(T.EXPLAIN_LEADERBOARD.replace(' Click a column header to sort.', ''))}\n"]
     for norm, g in data.leaderboard.groupby("norm", sort=True):
         ref = g["ref_eps"].iloc[0] if "ref_eps" in g else float("nan")
         out.append(f"### {md(norm)} — {len(g)} implementations, reference ε = {md(T.f_dist(ref))}\n")
         out.append(table(g, T.LEADERBOARD_COLS))
+    return out
 
-    n += 1
-    out.append(f"## {n}. Robust accuracy against ε\n\n{md(T.EXPLAIN_CURVES)}\n")
+
+def _curves(data: ReportData, head: str, plot: PlotWriter) -> list[str]:
+    out = [f"{head}\n\n{md(T.EXPLAIN_CURVES)}\n"]
     for i, curve in enumerate(data.curves):
         out.append(f"### {md(curve.model)} · {md(curve.norm)}\n")
-        out.append(plot(lambda i=i: curve_svg(data, i), _slug("curve", curve.model, curve.norm),
+        out.append(plot(lambda i=i: curve_svg(data, i), slug("curve", curve.model, curve.norm),
                         f"robust accuracy against ε, {curve.model}, {curve.norm}"))
         out.append(md(T.curve_caption(curve)) + "\n")
+    return out
 
-    n += 1
-    out.append(f"## {n}. Alignment of shared families\n\n{md(T.EXPLAIN_ALIGNMENT)}\n")
+
+def _alignment(data: ReportData, head: str, plot: PlotWriter) -> list[str]:
+    """Per family that several implementations ran: side by side, the paired tests (pooled, then
+    per model) and the per-image scatter of the two that differ most."""
+    out = [f"{head}\n\n{md(T.EXPLAIN_ALIGNMENT)}\n"]
     shared = [f for f in data.families if f["cross_library"]]
     variants = [f for f in data.families if not f["cross_library"]]
     if not shared:
@@ -138,14 +141,17 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
             out.append(table(per_model, T.PAIR_COLS))
         w = fam["widest"]
         if w is not None and len(w.dist_a):
-            out.append(plot(lambda fam=fam: family_svg(data, fam["index"]), _slug("pair", fam["family"], fam["norm"]),
+            out.append(plot(lambda fam=fam: family_svg(data, fam["index"]), slug("pair", fam["family"], fam["norm"]),
                             f"per-sample distances, {fam['family']}, {fam['norm']}"))
             out.append(md(T.pair_sentence(w)) + "\n")
     if not data.families:
         out.append("No family has more than one implementation in this run.\n")
+    return out
 
-    n += 1
-    out.append(f"## {n}. Flags\n\n{md(T.EXPLAIN_FLAGS)}\n")
+
+def _flags(data: ReportData, head: str) -> list[str]:
+    """The flags with their meaning and findings, then the seed twins' noise floor."""
+    out = [f"{head}\n\n{md(T.EXPLAIN_FLAGS)}\n"]
     if len(data.flags):
         out += [f"- **{md(flag)}** ({k}): {md(T.flag_meaning(flag))}" for flag, k in data.flags.groupby("flag").size().items()]
         out.append("")
@@ -153,37 +159,22 @@ def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix:
     else:
         out.append("No flags: every implementation ran cleanly and none is significantly weaker than the best of its "
                    "family.\n")
-
     if data.seed_twins is not None:
         from .seed_twins import seed_twin_sentence
 
         out.append(f"### Noise floor: the seed twins\n\n{md(T.EXPLAIN_SEED)}\n\n{md(seed_twin_sentence(data.seed_twins))}\n")
         out.append(table(data.seed_twins, T.SEED_COLS))
-
-    n += 1
-    out.append(f"## {n}. Crashes, timeouts and invalid output\n\n{md(T.EXPLAIN_CRASHES)}\n")
-    out.append(table(data.crashes, T.CRASH_COLS) if len(data.crashes) else "None: every job finished.\n")
-
-    if data.true_optimality is not None and len(data.true_optimality):
-        n += 1
-        out.append(f"## {n}. Against exact distances\n\n{md(T.EXPLAIN_EXACT)}\n")
-        out.append(table(data.true_optimality, T.EXACT_COLS))
-
-    n += 1
-    out.append(f"## {n}. Implementations and parameters\n")
-    out.append(table(data.implementations, T.IMPL_COLS))
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
-def render_compare_markdown(diff: pd.DataFrame, run_a: str, run_b: str) -> str:
-    """The release audit of two runs (``fidelity.diff``) as Markdown."""
-    counts = diff["verdict"].value_counts() if len(diff) else pd.Series(dtype=int)
-    order = {"regressed": 0, "improved": 1, "new": 2, "removed": 3, "unchanged": 4}
-    rows = diff.assign(_o=diff["verdict"].map(order).fillna(9)).sort_values(["_o", "implementation", "norm"]) \
-        if len(diff) else diff
-    out = ["# Release audit\n", f"A: {md(run_a)} · B: {md(run_b)}\n", "## Changes from A to B\n", md(T.EXPLAIN_DIFF) + "\n",
-           "**" + md(", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to compare") + "**\n"]
-    out += [f"- {md(T.verdict_line(r))}" for _, r in rows.iterrows()]
-    out.append("")
-    out.append(table(rows, T.DIFF_COLS))
-    return "\n".join(out).rstrip() + "\n"
+def _crashes(data: ReportData, head: str) -> list[str]:
+    return [f"{head}\n\n{md(T.EXPLAIN_CRASHES)}\n",
+            table(data.crashes, T.CRASH_COLS) if len(data.crashes) else "None: every job finished.\n"]
+
+
+def _exact(data: ReportData, head: str) -> list[str]:
+    return [f"{head}\n\n{md(T.EXPLAIN_EXACT)}\n", table(data.true_optimality, T.EXACT_COLS)]
+
+
+def _implementations(data: ReportData, head: str) -> list[str]:
+    return [f"{head}\n", table(data.implementations, T.IMPL_COLS)]

@@ -1,116 +1,21 @@
-"""What the report says, shared by the Markdown and the HTML renderer: column layouts, number
-formats and the explanatory sentences. Everything returned here is plain text; each renderer
-escapes it for its own format."""
+"""What the run report says (report.md and report.html alike): the column layouts of its tables,
+the sentences drawn from a run (what ran, the findings, the trust cell, captions) and the
+explanations under each heading. Everything returned here is plain text; each renderer escapes it
+for its own format. How a number is written is ``formats.py``; what the release audit's pages say,
+``audit_text.py``."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from attackaudit.fidelity.equivalence import DELTA
+from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from here by harness/audit and tests)
+from .formats import MARGIN, Col, as_float, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
 from .tables import FLAG_MEANINGS, ReportData
 
-#: the margin δ of every comparison (fidelity/equivalence.py), as a relative size per image
-MARGIN = f"{math.expm1(DELTA):.0%}"
 
-
-# ------------------------------------------------------------------------------------ formats
-def _num(v: object) -> float | None:
-    try:
-        f = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return f
-
-
-def f_opt(v: object) -> str:
-    f = _num(v)  # NaN: ξ undefined (a zero denominator), explained in the report's notes
-    return "—" if f is None else "n/a" if math.isnan(f) else f"{f:.3f}"
-
-
-def f_dist(v: object) -> str:
-    f = _num(v)
-    if f is None or math.isnan(f):
-        return "—"
-    return "∞" if math.isinf(f) else f"{f:.4g}"
-
-
-def f_pct(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else f"{f:.0%}"
-
-
-def f_count(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else f"{f:.0f}"
-
-
-def f_sec(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else f"{f:.2f}"
-
-
-def f_p(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else (f"{f:.2g}" if f >= 1e-4 else "<1e-4")
-
-
-def p_is(v: object) -> str:
-    """"p = 0.003" or "p < 1e-4", for sentences."""
-    text = f_p(v)
-    return f"p {text[0]} {text[1:]}" if text.startswith("<") else f"p = {text}"
-
-
-def f_ratio(v: object) -> str:
-    """A per-image log ratio log(d_a / d_b) as a relative size of a against b: −0.105 → "10% closer"."""
-    f = _num(v)
-    if f is None or math.isnan(f):
-        return "—"
-    if f == 0:
-        return "same"
-    return f"{abs(math.expm1(f)):.0%} {'farther' if f > 0 else 'closer'}"
-
-
-def f_bool(v: object) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
-        return ""
-    return "yes" if bool(v) else "no"
-
-
-def f_signed(v: object) -> str:
-    f = _num(v)
-    return "—" if f is None or math.isnan(f) else f"{f:+.2f}"
-
-
-def f_text(v: object) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(v)
-
-
-@dataclass(frozen=True)
-class Col:
-    header: str
-    key: str
-    fmt: Callable[[object], str] = f_text
-    numeric: bool = False
-    tip: str = ""
-
-
-def sort_key(v: object) -> str:
-    """The value a numeric cell sorts by (``data-sort``): inf sorts last, NaN first."""
-    f = _num(v)
-    if f is None or math.isnan(f):
-        return "-Infinity"
-    # 7 significant digits order every table here and keep the page small (a repr is 18)
-    return "Infinity" if f == math.inf else ("-Infinity" if f == -math.inf else f"{f:.7g}")
-
-
-N = dict(numeric=True)
-
+# ------------------------------------------------------------------------------------ columns
 LEADERBOARD_COLS = [
     Col("#", "rank", f_count, True, "rank within the norm, by global optimality"),
     Col("implementation", "implementation"), Col("library", "library"), Col("version", "library_version"),
@@ -249,7 +154,7 @@ def pair_verdict(r: dict) -> str:
         return f"{who} closer (different beyond ±{MARGIN})"
     if word == "equivalent":
         return f"equivalent within ±{MARGIN}"
-    need = _num(r.get("images_to_decide"))
+    need = as_float(r.get("images_to_decide"))
     if word == "inconclusive":
         return "inconclusive" + (f": {need:.0f} images would decide" if need is not None and math.isfinite(need)
                                  else ": more images would not decide it")
@@ -347,12 +252,12 @@ def trust_text(row: dict, best_of_norm: dict[str, tuple[str, float]]) -> str:
     if verdict in ("clear", "tied"):
         return f"{verdict}: {names}"
     if verdict == "inconclusive":
-        need = _num(row.get("images_to_decide"))
+        need = as_float(row.get("images_to_decide"))
         rerun = (f"rerun with --samples {need:.0f}" if need is not None and math.isfinite(need)
                  else "more images would not decide it")
         return f"inconclusive: {names}; {rerun}"
     if verdict == "only implementation":
-        xi = _num(row.get("optimality"))
+        xi = as_float(row.get("optimality"))
         best, best_xi = best_of_norm.get(str(row.get("norm")), ("", math.nan))
         if not best or best == row.get("implementation"):
             standing = f"ξ {f_opt(xi)}, the best attack of {row.get('norm')} here"
@@ -415,6 +320,7 @@ def curve_caption(curve) -> str:
     return text
 
 
+# ------------------------------------------------------------------------------------ explanations
 EXPLAIN_SUMMARY = ("How to read this report: every implementation attacked the same samples of the same models "
                    "through the same query-tracked wrapper, so their results are directly comparable. For each "
                    "sample the smallest perturbation that any implementation found forms the envelope; an "
@@ -472,41 +378,6 @@ def flag_meaning(flag: str) -> str:
     return FLAG_MEANINGS.get(flag, "")
 
 
-DIFF_COLS = [
-    Col("implementation", "implementation"), Col("norm", "norm"), Col("model", "model"),
-    Col("version A", "version_a"), Col("version B", "version_b"),
-    Col("ξ A", "optimality_a", f_opt, True), Col("ξ B", "optimality_b", f_opt, True),
-    Col("Δξ", "delta_optimality", f_signed, True), Col("ASR A", "asr_a", f_pct, True), Col("ASR B", "asr_b", f_pct, True),
-    Col("identical", "identical", f_bool, tip="the same result and status on every image of every shared model: "
-                                              "unchanged, whatever else moved"),
-    Col("B better", "n_better", f_count, True, "images where run B found the smaller perturbation"),
-    Col("B worse", "n_worse", f_count, True),
-    Col("B vs A per image", "estimate", f_ratio, True, "Hodges–Lehmann estimate of the per-image ratio new/old on "
-                                                       "the images that ran in both"),
-    Col("answer", "answer", tip="different: beyond ±" + MARGIN + " per image; equivalent: shown inside it; "
-                                "inconclusive: neither; identical: the rows did not change"),
-    Col("p (different)", "p_adjusted", f_p, True, "Holm-adjusted over the implementations whose rows changed"),
-    Col("images to decide", "images_to_decide", f_count, True),
-    Col("score", "score", f_count, True, "+ improved, − regressed (fidelity/README.md, Diff)"),
-    Col("flags appeared", "flags_appeared"), Col("flags gone", "flags_disappeared"),
-    Col("verdict", "verdict"), Col("reason", "reason"),
-]
-
-EXPLAIN_DIFF = ("The same grid run twice (two library releases, or two configs). Each implementation's verdict "
-                "rests on its own per-image results in the two runs: identical rows are unchanged whatever its "
-                "siblings or the envelope did; otherwise the per-image ratio new/old on the images that ran in both "
-                "is different (beyond ±" + MARGIN + ", Holm over the implementations whose rows changed), equivalent "
-                "or inconclusive. A difference counts 2 (3 when ξ moved by 0.1 or more), each own-result flag that "
-                "disappeared or appeared counts by severity (3: wrong or missing results, 2: a suspect objective, "
-                "step rule or batch dependence, 1: inefficiency); positive is improved, negative regressed, material "
-                "evidence both ways is mixed. ξ and ASR are shown against one joint envelope.")
-
-
-DIFF_EVIDENCE_COLS = [c for c in DIFF_COLS if c.key not in ("implementation", "norm", "verdict", "reason")]
-EXPLAIN_DIFF_EVIDENCE = ("Each regressed, improved or could-not-run implementation: the numbers its verdict weighs "
-                         "and, where both runs' results are at hand, every image's distance in run A against run B.")
-
-
 def ran_line(data: ReportData) -> str:
     """What ran, in one line: runs, implementations, models, images, norms, budget, mode, failures."""
     s = data.summary
@@ -518,13 +389,6 @@ def ran_line(data: ReportData) -> str:
             f"{len(s['models'])} models{twins} ({', '.join(s['models'])}) × {', '.join(s['norms'])}, {images} per "
             f"model, budget {budget} queries per image, {'targeted' if s['targeted'] else 'untargeted'}; "
             f"{s['n_jobs']} jobs, {s['n_failed_jobs']} failed; {s['n_flagged']} implementations flagged.")
-
-
-def verdict_line(r) -> str:
-    """One line per implementation and norm for ``attackaudit compare``."""
-    va, vb = str(r["version_a"] or "—"), str(r["version_b"] or "—")
-    model = "" if r["model"] in ("*", "") else f" on {r['model']}"
-    return f"{r['implementation']} [{r['norm']}{model}] {va} -> {vb}: {r['verdict']}: {r['reason']}"
 
 
 def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:
