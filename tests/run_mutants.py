@@ -121,16 +121,16 @@ def prepare(name: str, project: dict) -> Path:
     return work
 
 
-def run_area(work: Path, max_children: int, time_limit: float) -> tuple[int, float]:
-    """``mutmut run`` in ``work``, stopped (SIGINT, then SIGKILL) after ``time_limit`` seconds;
-    (its exit code, seconds taken)."""
+def run_area(work: Path, max_children: int, time_limit: float, names: list[str] = ()) -> tuple[int, float]:
+    """``mutmut run`` in ``work`` (only the mutants ``names``, tested again, when given), stopped
+    (SIGINT, then SIGKILL) after ``time_limit`` seconds; (its exit code, seconds taken)."""
     # made before mutmut starts: a sys.path entry that did not exist at start-up stays cached as
     # "nothing here", and every import would fall through to the installed, unmutated package
     (work / "mutants").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
     mutmut = Path(sys.executable).with_name("mutmut")
     command = ["timeout", "-s", "INT", "-k", "60", str(int(time_limit)),
-               str(mutmut), "run", "--max-children", str(max_children)]
+               str(mutmut), "run", "--max-children", str(max_children), *names]
     start = time.monotonic()
     code = subprocess.run(command, cwd=work, env=env).returncode
     return code, time.monotonic() - start
@@ -181,7 +181,12 @@ def report(name: str, work: Path, equivalent: set[str]) -> list[str]:
     s = score(merged, equivalent)
     shown = "    -" if s["score"] is None else f"{100 * s['score']:5.1f}%"
     print(f"  {'total':46s} " + " ".join(f"{s.get(c, 0):>10d}" for c in columns) + f"     {shown}")
-    return sorted(k for k, c in merged.items() if k not in equivalent and (c in SURVIVED or c in NO_TESTS))
+    return sorted(k for k, c in merged.items() if k not in equivalent and not_killed(c))
+
+
+def not_killed(code: int | None) -> bool:
+    """Whether a tested mutant's exit code says no test failed on it (survived, or no test reached it)."""
+    return code is not None and code not in KILLED and code not in TIMEOUT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=1200.0,
                         help="seconds one area's run may take before it is stopped (default 1200; a rerun resumes)")
     parser.add_argument("--score-only", action="store_true", help="print the kept results, run nothing")
-    parser.add_argument("--survivors", action="store_true", help="also list the surviving mutants")
+    parser.add_argument("--survivors", action="store_true", help="also list the mutants no test killed")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="test again only the mutants no test killed (after adding tests; mutmut keeps their "
+                             "verdicts otherwise)")
     args = parser.parse_args(argv)
     if not args.score_only:
         ensure_mutmut(project)
@@ -201,11 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.area or sorted(areas(project)):
         work = WORK / name
         if not args.score_only:
-            code, seconds = run_area(prepare(name, project), args.max_children, args.time_limit)
+            names = [k for codes in results(work).values() for k, c in codes.items()
+                     if not_killed(c) and k not in equivalent] if args.rerun_survivors else []
+            if args.rerun_survivors and not names:
+                print(f"area {name}: no mutant to test again")
+                continue
+            code, seconds = run_area(prepare(name, project), args.max_children, args.time_limit, names)
             print(f"area {name}: mutmut exited {code} after {seconds / 60:.1f} min")
         survivors = report(name, work, equivalent)
         if args.survivors:
-            print("\n".join(f"    survived: {s}" for s in survivors))
+            print("\n".join(f"    not killed: {s}" for s in survivors))
     return 0
 
 

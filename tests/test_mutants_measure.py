@@ -1,0 +1,411 @@
+"""What mutation testing found untested in harness/measure/ (docs/testing.md): default outputs and
+fallbacks, the best's success margin, the minimal-ε search's ball record, a criterion's device.
+
+Each test checks a rule a user reads in the rows: which returned images are default outputs and
+how they are named (``returned_fallback``), which ones the tracker refuses to count, how close a
+best lies to the decision boundary (``best_margin``), and what the search records about the balls
+a fixed-ε attack was given (``out_of_ball``/``eps_unused`` evidence).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attackaudit.measure.best_keeper import in_box_and_finite
+from attackaudit.measure.criterion import Targeted, Untargeted
+from attackaudit.measure.fallback import default_outputs, describe_constant
+from attackaudit.measure.minimal import EPS_SLACK, BallRecord, eps_ceiling, inside_ball, minimal_search
+from attackaudit.measure.tracker import BOX_TOLERANCE, QueryTracker
+
+
+class MeanModel(nn.Module):
+    """Three classes over 1×2×2 images with mean m and first pixel p: z = [1 − 2m, 2m − 1,
+    4(p − 0.75)]. Class 0 below m = 0.5, class 1 above; class 2 when the first pixel is high."""
+
+    def forward(self, x):
+        assert x.dim() == 4, "a model takes N×C×H×W images"
+        flat = x.flatten(1)
+        m = flat.mean(1)
+        return torch.stack([1 - 2 * m, 2 * m - 1, 4 * (flat[:, 0] - 0.75)], 1)
+
+
+def images(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float32).view(len(rows), 1, 2, 2)
+
+
+# ------------------------------------------------------------------------------- default outputs
+def test_a_constant_image_is_named_by_its_value():
+    assert describe_constant(0.0) == "all-zero image"
+    assert describe_constant(1.0) == "all-one image"
+    assert describe_constant(0.5) == "constant 0.5 image"
+    assert describe_constant(0.123456) == "constant 0.123 image"
+
+
+def test_constant_outputs_are_default_outputs_and_the_unchanged_input_is_not():
+    inputs = torch.tensor([[0.0, 0.2, 0.4, 0.6], [0.1, 0.3, 0.5, 0.7], [0.2, 0.2, 0.9, 0.1], [0.3, 0.4, 0.5, 0.0]])
+    rows = torch.stack([torch.zeros(4), inputs[1], torch.full((4,), 0.5), inputs[3] + 0.01])
+    default, words = default_outputs(rows, inputs)
+    # row 0: all-zero although its input has a zero pixel; row 1: returned unchanged
+    assert default.tolist() == [True, False, True, False]
+    assert words == ["all-zero image", "", "constant 0.5 image", ""]
+
+
+def test_a_constant_input_is_a_default_output_only_when_moved_to_another_constant():
+    inputs = torch.tensor([[0.3] * 4, [0.3] * 4, [0.6] * 4, [0.0, 0.5, 0.5, 0.5]])
+    rows = torch.stack([torch.full((4,), 0.3), torch.zeros(4), torch.tensor([0.6, 0.6, 0.6, 0.7]), inputs[3]])
+    default, words = default_outputs(rows, inputs)
+    assert default.tolist() == [False, True, False, False]
+    assert words == ["", "all-zero image", "", ""]
+
+
+def test_one_output_returned_for_images_with_different_inputs_is_shared():
+    inputs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1], [0.2, 0.2, 0.3, 0.3],
+                           [0.9, 0.8, 0.7, 0.6]])
+    shared_row = torch.tensor([0.5, 0.6, 0.7, 0.8])
+    rows = torch.stack([shared_row, shared_row, shared_row, inputs[3] - 0.05])
+    default, words = default_outputs(rows, inputs)
+    assert default.tolist() == [True, True, True, False]
+    assert words == ["one output shared by 3 images"] * 3 + [""]
+
+
+def test_two_images_sharing_one_output_are_enough_and_a_shared_constant_says_both():
+    inputs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
+    for rows, word in ((torch.tensor([[0.5, 0.6, 0.7, 0.9]] * 2), "one output shared by 2 images"),
+                       (torch.zeros(2, 4), "all-zero image shared by 2 images")):
+        default, words = default_outputs(rows, inputs)
+        assert default.tolist() == [True, True] and words == [word, word]
+
+
+def test_identical_images_may_share_their_output():
+    """The same image twice in the data, attacked the same way: an honest shared result."""
+    inputs = torch.tensor([[0.1, 0.2, 0.3, 0.4]] * 2 + [[0.5, 0.5, 0.2, 0.2]])
+    rows = torch.tensor([[0.15, 0.2, 0.3, 0.4]] * 2 + [[0.5, 0.5, 0.25, 0.2]])
+    default, words = default_outputs(rows, inputs)
+    assert default.tolist() == [False, False, False] and words == ["", "", ""]
+
+
+def test_rows_with_equal_sums_are_not_shared_unless_identical():
+    inputs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
+    rows = torch.tensor([[0.5, 0.5, 0.5, 0.6], [0.6, 0.5, 0.5, 0.5]])  # the same sum, different images
+    default, _ = default_outputs(rows, inputs)
+    assert default.tolist() == [False, False]
+
+
+def test_an_image_returned_unchanged_is_never_a_default_output():
+    """Image 1's output is image 0's input, returned unchanged for image 0: only image 1 moved, so
+    the one output is not shared by two moved images."""
+    inputs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
+    rows = torch.stack([inputs[0], inputs[0]])
+    default, words = default_outputs(rows, inputs)
+    assert default.tolist() == [False, False] and words == ["", ""]
+
+
+def test_a_single_returned_row_is_judged_alone():
+    default, words = default_outputs(torch.tensor([[0.5, 0.6, 0.7, 0.8]]), torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    assert default.tolist() == [False] and words == [""]
+    default, words = default_outputs(torch.ones(1, 4), torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    assert default.tolist() == [True] and words == ["all-one image"]
+
+
+# ------------------------------------------------------------------------------------ fallbacks
+#: three class-0 images (m = 0.45) far enough apart that a row 0.2 from one is attributed to it
+X3 = images([0.45, 0.45, 0.45, 0.45], [0.5, 0.9, 0.0, 0.4], [0.2, 0.4, 0.9, 0.3])
+LABELS = torch.zeros(3, dtype=torch.long)
+ADV_A = [0.55, 0.55, 0.55, 0.55]  # image 0 + 0.1: z = [-0.1, 0.1, -0.8], class 1, L2 0.2 away
+ADV_B2 = [0.95, 0.9, 0.1, 0.5]  # image 1 moved: z = [-0.225, 0.225, 0.8], class 2
+ALL_09 = torch.full((1, 2, 2), 0.9)  # z = [-0.8, 0.8, 0.6]: class 1, L2 0.9 from image 0
+
+
+def test_an_adversarial_default_output_is_a_fallback_unless_the_queries_found_closer():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
+    returned = torch.stack([ALL_09, X3[1], torch.full((1, 2, 2), 0.5)])
+    mask, words = t.fallbacks(returned)
+    # all-0.9: class 1, adversarial, and the queries found nothing; all-0.5: a tie, never adversarial
+    assert mask.tolist() == [True, False, False] and words == ["constant 0.9 image", "", ""]
+    with torch.no_grad():
+        t(torch.cat([images(ADV_A), X3[1:]]))
+    assert t.best_distance[0].item() == pytest.approx(0.2)  # closer than the all-0.9 image (0.9)
+    mask, words = t.fallbacks(returned)
+    assert mask.tolist() == [False, False, False] and words == ["", "", ""]
+    mask, words = t.fallbacks(returned, closer_only=False)  # a fixed-ε call's default, wherever it lies
+    assert mask.tolist() == [True, False, False] and words == ["constant 0.9 image", "", ""]
+
+
+def test_a_default_output_the_queries_found_themselves_is_a_search_result():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
+    with torch.no_grad():
+        t(torch.cat([ALL_09.unsqueeze(0), X3[1:]]))  # the attack queried the all-0.9 image for image 0
+    mask, _ = t.fallbacks(torch.stack([ALL_09, X3[1], X3[2]]))
+    assert mask.tolist() == [False, False, False]
+
+
+def test_a_default_output_closer_than_a_far_best_is_a_fallback():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
+    with torch.no_grad():  # image 0's best: the all-0.95 image, L2 1.0 away; the all-0.9 image lies 0.9 away
+        t(torch.cat([images([0.95] * 4), X3[1:]]))
+    mask, words = t.fallbacks(torch.stack([ALL_09, X3[1], X3[2]]))
+    assert mask.tolist() == [True, False, False] and words[0] == "constant 0.9 image"
+
+
+def test_returned_rows_are_judged_as_clamped_to_the_box_and_cast_to_the_model_s_dtype():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.tensor([[-0.5] * 4, [0.5] * 4, [0.0] * 4]))
+        model[1].bias.copy_(torch.tensor([1.0, -1.0, -5.0]))  # the mean model's first two classes
+    t = QueryTracker(model, X3, LABELS, norm="linf")
+    returned = torch.stack([torch.full((1, 2, 2), 3.0), torch.full((1, 2, 2), -1.0), X3[2]]).double()
+    mask, words = t.fallbacks(returned)
+    # 3.0 everywhere is the all-one image (class 1); -1 the all-zero image (class 0, not adversarial)
+    assert mask.tolist() == [True, False, False] and words == ["all-one image", "", ""]
+
+
+def test_fallbacks_of_a_subset_are_judged_against_those_samples():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="linf")
+    returned = torch.stack([X3[2] + 0.01, ALL_09])
+    mask, words = t.fallbacks(returned, idx=torch.tensor([2, 0]))
+    assert mask.tolist() == [False, True] and words == ["", "constant 0.9 image"]
+
+
+def test_a_targeted_default_output_in_a_third_class_is_a_fallback():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2", criterion=Targeted(torch.tensor([2, 2, 1])))
+    returned = torch.stack([ALL_09, torch.zeros(1, 2, 2), ALL_09])
+    mask, words = t.fallbacks(returned)
+    # image 0: class 1, neither its label nor its target 2 (it would read as a target ignored);
+    # image 1: all-zero stays class 0, its label; image 2: class 1 is its target
+    assert mask.tolist() == [True, False, True]
+    assert words == ["constant 0.9 image shared by 2 images", "", "constant 0.9 image shared by 2 images"]
+
+
+# ---------------------------------------------------------------------------------- best margin
+def test_the_best_margin_is_the_winning_logit_over_the_one_to_beat_scaled_by_the_largest():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
+    with torch.no_grad():
+        t(torch.cat([images(ADV_A, ADV_B2), X3[2:]]))
+    margin = t.best_margin()
+    assert margin[0].item() == pytest.approx(0.2 / 0.8)  # class 1 over the label, over |z_2|
+    assert margin[1].item() == pytest.approx((0.8 + 0.225) / 0.8)  # class 2 wins
+    assert math.isnan(margin[2].item())  # no best
+
+
+def test_a_targeted_best_margin_is_the_target_over_the_largest_other():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2", criterion=Targeted(torch.tensor([1, 2, 2])))
+    with torch.no_grad():
+        t(torch.cat([images(ADV_A, ADV_B2), X3[2:]]))
+    margin = t.best_margin()
+    assert margin[0].item() == pytest.approx((0.1 + 0.1) / 0.8)
+    assert margin[1].item() == pytest.approx((0.8 - 0.225) / 0.8)
+    assert math.isnan(margin[2].item())
+
+
+# ------------------------------------------------------------------------- minimal-ε search
+def test_the_ceiling_is_the_diameter_of_the_box():
+    assert eps_ceiling("l0", 64) == 64.0 and eps_ceiling("l1", 64) == 64.0
+    assert eps_ceiling("l2", 64) == 8.0 and eps_ceiling("linf", 64) == 1.0
+
+
+def test_a_distance_on_the_ball_s_edge_is_inside_and_one_beyond_the_slack_is_not():
+    eps = torch.tensor([1.0, 1.0, 1.0])
+    assert inside_ball(torch.tensor([1.0, 1.0005, 1.01]), eps).tolist() == [True, True, False]
+
+
+def test_an_empty_record_has_no_call_no_success_and_the_input_as_its_widest_row():
+    x = torch.rand(3, 1, 2, 2)
+    r = BallRecord.empty(x)
+    assert r.calls.dtype == r.out.dtype == torch.long and r.calls.tolist() == r.out.tolist() == [0, 0, 0]
+    assert r.worst_ratio.tolist() == [0, 0, 0] and r.widest_eps.tolist() == [0, 0, 0]
+    assert all(math.isnan(v) for t in (r.worst_eps, r.fail_eps, r.fail_ratio) for v in t.tolist())
+    assert r.success_eps.tolist() == [math.inf] * 3 and r.ratio_sum.dtype == torch.float64
+    assert torch.equal(r.widest, x) and r.widest is not x and r.fallback == ["", "", ""]
+
+
+def test_a_record_keeps_each_sample_s_calls_balls_failures_and_first_fallback():
+    x = torch.zeros(3, 4)
+    r = BallRecord.empty(x)
+    idx = torch.tensor([0, 2])
+    rows = torch.ones(2, 4)
+    # call 1 at ε 0.5: sample 0 failed after moving 0.25 (ratio 0.5), sample 2 succeeded outside (0.6)
+    r.add(idx, torch.tensor([0.5, 0.5]), torch.tensor([0.25, 0.6]), torch.tensor([False, True]), rows)
+    # call 2 at ε 1: sample 0 succeeded inside (0.9), sample 2 succeeded inside (0.8)
+    r.add(idx, torch.tensor([1.0, 1.0]), torch.tensor([0.9, 0.8]), torch.tensor([True, True]), 2 * rows)
+    # call 3 at ε 0.25: sample 0 failed without moving
+    r.add(torch.tensor([0]), torch.tensor([0.25]), torch.tensor([0.0]), torch.tensor([False]), rows[:1])
+    assert r.calls.tolist() == [3, 0, 2] and r.out.tolist() == [0, 0, 1]
+    assert r.success_eps.tolist() == [1.0, math.inf, 1.0]
+    assert r.worst_ratio.tolist() == pytest.approx([0.9, 0.0, 1.2]) and r.worst_eps[[0, 2]].tolist() == [1.0, 0.5]
+    assert r.fail_eps[0].item() == 0.5 and r.fail_ratio[0].item() == 0.5  # the unmoved call says nothing
+    assert math.isnan(r.fail_eps[2].item())
+    assert r.ratio_sum.tolist() == pytest.approx([0.5 + 0.9 + 0.0, 0.0, 1.2 + 0.8])
+    assert r.widest_eps.tolist() == [1.0, 0.0, 1.0] and r.widest[0].tolist() == [2.0] * 4
+    assert r.widest[1].tolist() == [0.0] * 4
+    r.note_fallback(torch.tensor([1, 2]), ["", "all-zero image"])
+    r.note_fallback(torch.tensor([2]), ["one output shared by 2 images"])  # the first one stays
+    assert r.fallback == ["", "", "all-zero image"]
+
+
+class LinfStep:
+    """A fixed-ε attack on MeanModel: every pixel up by ε (clamped): succeeds iff m + ε > 0.5."""
+
+    def __init__(self, tracker):
+        self.tracker, self.eps = tracker, []
+
+    def __call__(self, idx, x, eps):
+        self.eps.append(eps)
+        adv = (x + (eps if isinstance(eps, float) else eps.view(-1, 1, 1, 1))).clamp(0, 1)
+        with torch.no_grad():
+            self.tracker.expect(idx)
+            self.tracker(adv)
+        return adv
+
+
+@pytest.mark.parametrize("per_sample_eps", [False, True])
+def test_the_search_doubles_then_bisects_to_the_minimal_eps(per_sample_eps):
+    x = images([0.2] * 4, [0.35] * 4)  # minimal L∞ ε: 0.3 and 0.15
+    y = torch.zeros(2, dtype=torch.long)
+    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=200)
+    attack = LinfStep(t)
+    record = BallRecord.empty(x)
+
+    def success(adv, idx):
+        with torch.no_grad():
+            t.expect(idx)
+            return t.judge(t(adv), idx)
+
+    best = minimal_search(attack, x, "linf", success, lambda: t.queries, 200, per_sample_eps=per_sample_eps,
+                          clean_adversarial=torch.tensor([False, False]), record=record)
+    found = (best - x).flatten(1).amax(1)
+    assert found.tolist() == pytest.approx([0.3, 0.15], rel=1 / 64 + 1e-3)
+    assert (found >= torch.tensor([0.3, 0.15]) - 1e-6).all()
+    first = attack.eps[0] if not per_sample_eps else attack.eps[0].tolist()
+    assert first == (pytest.approx(0.03) if not per_sample_eps else pytest.approx([0.03, 0.03]))
+    assert record.success_eps.tolist() == pytest.approx(found.tolist()) and (record.calls > 4).all()
+
+
+def test_the_search_leaves_clean_adversarial_samples_and_stops_at_the_budget():
+    x = images([0.2] * 4, [0.7] * 4)  # image 1 is already class 1
+    y = torch.zeros(2, dtype=torch.long)
+    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=8)
+    attack = LinfStep(t)
+
+    def success(adv, idx):
+        with torch.no_grad():
+            t.expect(idx)
+            return t.judge(t(adv), idx)
+
+    best = minimal_search(attack, x, "linf", success, lambda: t.queries, 8)
+    assert torch.equal(best[1], x[1])  # never attacked: its clean input is adversarial
+    # the clean check costs each sample 1 query (no clean_adversarial given), a call 2 (the
+    # attack's, the search's check): 3 calls, then 1 query is left, less than a call costs
+    assert len(attack.eps) == 3 and t.queries.tolist() == [7, 1]
+    assert torch.equal(best[0], x[0])  # ε 0.03, 0.06, 0.12 all fail: the input stands
+
+
+def test_the_search_stops_doubling_at_the_ceiling():
+    x = images([0.0, 0.0, 0.0, 0.0])
+    t = QueryTracker(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), x, torch.zeros(1, dtype=torch.long), norm="linf")
+    seen = []
+
+    def never(idx, xs, eps):
+        seen.append(eps)
+        return xs
+
+    minimal_search(never, x, "linf", lambda adv, idx: torch.zeros(len(idx), dtype=torch.bool),
+                   lambda: torch.zeros(1), 10**6, clean_adversarial=torch.tensor([False]))
+    assert seen == pytest.approx([0.03, 0.06, 0.12, 0.24, 0.48, 0.96, 1.0])  # the L∞ diameter is 1
+
+
+def test_the_slack_edge_of_the_ball_is_inside():
+    eps = torch.tensor([0.5, 2.0])
+    edge = eps * (1 + EPS_SLACK) + 1e-6
+    assert inside_ball(edge, eps).tolist() == [True, True]
+
+
+def test_a_record_keeps_the_first_of_equal_ratios_and_failures_and_the_last_row_at_the_widest_eps():
+    r = BallRecord.empty(torch.zeros(1, 4))
+    one = torch.tensor([0])
+    r.add(one, torch.tensor([0.5]), torch.tensor([0.25]), torch.tensor([False]), torch.full((1, 4), 0.1))
+    r.add(one, torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([False]), torch.full((1, 4), 0.2))
+    r.add(one, torch.tensor([1.0]), torch.tensor([0.75]), torch.tensor([False]), torch.full((1, 4), 0.3))
+    r.add(one, torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([False]), torch.full((1, 4), 0.4))
+    assert r.worst_ratio.tolist() == [0.75] and r.worst_eps.tolist() == [1.0]
+    # the first failure at ε 1 stands (ratio 0.5, not 0.75); the unmoved row at ε 2 says nothing
+    assert r.fail_eps.tolist() == [1.0] and r.fail_ratio.tolist() == [0.5]
+    r.add(one, torch.tensor([2.0]), torch.tensor([0.5]), torch.tensor([True]), torch.full((1, 4), 0.5))
+    assert r.worst_ratio.tolist() == [0.75] and r.worst_eps.tolist() == [1.0]  # 0.25 at ε 2 is no worse
+    r.add(one, torch.tensor([0.5]), torch.tensor([0.375]), torch.tensor([True]), torch.full((1, 4), 0.6))
+    assert r.worst_ratio.tolist() == [0.75] and r.worst_eps.tolist() == [1.0]  # an equal ratio keeps the first
+    assert r.widest_eps.tolist() == [2.0] and r.widest.tolist() == [[0.5] * 4]  # the last row at ε 2
+
+
+def test_the_search_stops_when_the_bracket_is_within_its_precision():
+    """Minimal ε 2 exactly, from ε 1: the bracket [1, 2] halves until (hi − lo) / hi < 1/64, which
+    first holds at width 1/64 (not at 1/32, where the ratio is exactly 1/64)."""
+    tried = []
+
+    def attack(idx, x, eps):
+        tried.append(eps)
+        return x
+
+    def success(adv, idx):
+        return torch.tensor([bool(tried) and tried[-1] >= 2.0])
+
+    best = minimal_search(attack, torch.zeros(1, 4), "l1", success, lambda: torch.zeros(1), 10**6,
+                          eps_start=1.0, clean_adversarial=torch.tensor([False]))
+    assert tried == [1.0, 2.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375]
+    assert best.tolist() == [[0.0] * 4]
+
+
+def test_per_sample_eps_gives_each_sample_its_own_eps_in_one_call():
+    x = images([0.2] * 4, [0.35] * 4)
+    t = QueryTracker(MeanModel(), x, torch.zeros(2, dtype=torch.long), norm="linf", budget=200)
+    attack = LinfStep(t)
+
+    def success(adv, idx):
+        with torch.no_grad():
+            t.expect(idx)
+            return t.judge(t(adv), idx)
+
+    minimal_search(attack, x, "linf", success, lambda: t.queries, 200, per_sample_eps=True,
+                   clean_adversarial=torch.tensor([False, False]))
+    assert any(len(set(e.tolist())) == 2 for e in attack.eps)  # two samples, two ε, one call
+    attack.eps.clear()
+    minimal_search(attack, x, "linf", success, lambda: t.queries, 200, clean_adversarial=torch.tensor([False, False]))
+    assert all(isinstance(e, float) for e in attack.eps)  # the default: one ε per call
+
+
+def test_a_best_must_lie_in_the_box_up_to_the_tolerance_and_have_finite_logits():
+    rows = torch.tensor([[-BOX_TOLERANCE, 0.5], [0.5, 1 + BOX_TOLERANCE], [-2 * BOX_TOLERANCE, 0.5],
+                         [0.5, 1 + 2 * BOX_TOLERANCE], [0.5, 0.5]])
+    logits = torch.tensor([[0.0, 1.0]] * 4 + [[float("nan"), 1.0]])
+    assert in_box_and_finite(rows, logits).tolist() == [True, True, False, False, False]
+
+
+def test_repeated_rows_of_one_sample_are_charged_each_and_the_budget_holds_for_their_gradients():
+    x = X3[:2]
+    t = QueryTracker(MeanModel(), x, LABELS[:2], norm="l2", budget=10)
+    for _ in range(4):
+        xs = x[[0, 0]].clone().requires_grad_(True)  # one sample twice in a batch
+        t(xs).sum().backward()
+        a = x.clone().requires_grad_(True)
+        t(a).sum().backward()
+    assert t.forwards.tolist() == [5, 4] and t.backwards.tolist() == [5, 4]
+    # each round asks 3 forwards and 3 backwards of sample 0: 24 asked, 10 answered, 14 refused
+    assert t.refused.tolist() == [14, 0] and (t.queries <= 10).all()
+
+
+# ------------------------------------------------------------------------------------ criteria
+def test_a_malformed_target_tensor_is_refused_naming_what_it_got():
+    with pytest.raises(ValueError, match=r"1-D tensor of target classes, got torch.Size\(\[1, 2\]\)"):
+        Targeted(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="1-D tensor of target classes, got list$"):
+        Targeted([1, 2])
+
+
+def test_a_criterion_moves_its_targets_and_an_untargeted_one_is_itself():
+    c = Targeted(torch.tensor([1, 2]))
+    moved = c.to("cpu")
+    assert isinstance(moved, Targeted) and moved.targets.tolist() == [1, 2]
+    u = Untargeted()
+    assert u.to("cpu") is u
