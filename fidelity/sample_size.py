@@ -64,7 +64,11 @@ def distance_images(r: np.ndarray, share_both: float, alpha: float, delta: float
         gap = delta - plan
     if gap <= 0:
         return float("inf")
-    return float(np.ceil((z_alpha + z_power) ** 2 * sd ** 2 / gap ** 2 / share_both))
+    # the exact two-sided signed-rank test cannot reach the level on fewer than m images both
+    # broke (2·2⁻ᵐ ≥ α): one image at a 25% ratio planned "24 images" that could never decide
+    fewest = np.floor(np.log2(2 / alpha)) + 1
+    normal = (z_alpha + z_power) ** 2 * sd ** 2 / gap ** 2
+    return float(np.ceil(max(normal, fewest) / share_both))
 
 
 def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, power: float = POWER,
