@@ -179,6 +179,89 @@ def test_a_targeted_default_output_in_a_third_class_is_a_fallback():
     assert words == ["constant 0.9 image shared by 2 images", "", "constant 0.9 image shared by 2 images"]
 
 
+# ------------------------------------------------------------------- offers, hints, the recheck
+def test_an_offered_batch_counts_except_the_rows_excluded_as_fallbacks():
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
+    offered = torch.cat([images(ADV_A, ADV_B2), X3[2:]])
+    success = t.offer(offered, exclude=torch.tensor([True, False, False]))
+    assert success.tolist() == [False, True, False]  # image 0 excluded; image 2 is its clean input
+    assert t.best_distance[0].item() == math.inf and math.isfinite(t.best_distance[1].item())
+    assert t.queries.tolist() == [0, 0, 0]  # an offer is not a query
+    success = t.offer(offered)
+    assert success.tolist() == [True, True, False] and t.best_distance[0].item() == pytest.approx(0.2)
+
+
+def test_an_offered_float64_batch_is_judged_in_the_model_s_dtype():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.tensor([[-0.5] * 4, [0.5] * 4]))
+        model[1].bias.copy_(torch.tensor([1.0, -1.0]))
+    t = QueryTracker(model, X3, LABELS, norm="l2")
+    success = t.offer(torch.cat([images(ADV_A), X3[1:]]).double())
+    assert success.tolist() == [True, False, False] and t.best_distance[0].item() == pytest.approx(0.2)
+
+
+def test_the_expected_owner_wins_a_tie_between_identical_images():
+    x = torch.cat([X3[:1], X3[:1], X3[1:2]])  # the same image twice in the data
+    t = QueryTracker(MeanModel(), x, LABELS, norm="l2")
+    with torch.no_grad():
+        t.expect(torch.tensor([1]))
+        t(images(ADV_A))
+    assert t.forwards.tolist() == [0, 1, 0]
+    t2 = QueryTracker(MeanModel(), x, LABELS, norm="l2")
+    with torch.no_grad():
+        t2(images(ADV_A))
+    assert t2.forwards.tolist() == [1, 0, 0]  # no hint: the least used, then the lowest index
+
+
+def test_a_whole_batch_after_subset_queries_is_charged_once_per_sample_near_the_budget():
+    t = QueryTracker(MeanModel(), X3[:2], LABELS[:2], norm="l2", budget=4)
+    with torch.no_grad():
+        for i in (0, 1, 0, 1):  # one sample at a time: 2 queries each, none at the budget
+            t.expect(torch.tensor([i]))
+            t(X3[i:i + 1] + 0.01)
+        t.expect(None)
+        t(X3[:2] + 0.02)
+    assert t.forwards.tolist() == [3, 3] and t.refused.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("repeats", [3, 60])
+def test_at_the_budget_the_first_of_repeated_rows_is_answered_and_the_later_ones_refused(repeats):
+    t = QueryTracker(MeanModel(), X3[:2], LABELS[:2], norm="l2", budget=2)
+    with torch.no_grad():
+        t(X3[:2] + 0.01)
+        # sample 0's adversarial row and sample 1's clean row, interleaved, ``repeats`` times each
+        rows = torch.cat([images(ADV_A), X3[1:2]] * repeats)
+        out = t(rows)
+    assert t.forwards.tolist() == [2, 2] and t.refused.tolist() == [repeats - 1, repeats - 1]
+    assert out[0].argmax().item() == 1  # answered: the adversarial class
+    assert (out[2::2].argmax(1) == 0).all()  # refused: the clean label
+
+
+class ThresholdModel(nn.Module):
+    """Two classes over 1×2×2 images: class 1 when the mean exceeds ``threshold`` (a model whose
+    decisions the test moves between the queries and the end-of-job re-check)."""
+
+    threshold = 0.5
+
+    def forward(self, x):
+        m = x.flatten(1).mean(1)
+        return torch.stack([2 * (self.threshold - m), 2 * (m - self.threshold)], 1)
+
+
+@pytest.mark.parametrize("means, dropped, best", [((0.55, 0.58, 0.65), 2, 0.4), ((0.55, 0.58), 2, math.inf)])
+def test_the_recheck_drops_each_unconfirmed_best_in_turn(means, dropped, best):
+    model = ThresholdModel()
+    t = QueryTracker(model, X3[:1], LABELS[:1], norm="l2")
+    with torch.no_grad():
+        for m in means:  # candidates 2·(m − 0.45) away
+            t(torch.full((1, 1, 2, 2), m))
+    model.threshold = 0.6  # the unwrapped model no longer confirms m ≤ 0.6
+    count = t.recheck()
+    assert count.dtype == torch.long and count.tolist() == [dropped]
+    assert t.best_distance[0].item() == pytest.approx(best)
+
+
 # ---------------------------------------------------------------------------------- best margin
 def test_the_best_margin_is_the_winning_logit_over_the_one_to_beat_scaled_by_the_largest():
     t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
