@@ -288,17 +288,29 @@ def _death(w: _Worker, run_dir: Path) -> dict[str, str]:
 class InProcessExecutor:
     """Jobs one after another in this process: no isolation, time or memory limit (an attack's
     exception still becomes rows; a segfault ends the caller). For a model that cannot be sent to
-    worker processes (``attackaudit.compare`` on a model that does not pickle)."""
+    worker processes (``attackaudit.compare`` on a model that does not pickle, or ``workers=0``).
+
+    The jobs run under a worker's settings (``worker.worker_settings``: ``threads`` torch threads,
+    by default what ``LocalExecutor`` gives one worker; numba's optimisation level) and with a
+    worker's progress rate, and the caller's settings come back afterwards, so that a job takes
+    the time it takes in a worker (``benchmarks/in_process.py`` measures the ratio)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads or max(1, os.cpu_count() or 1)
 
     def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
             on_progress: OnProgress | None = None) -> None:
-        from attackaudit.run.worker import execute_job_safely
+        from attackaudit.run.worker import execute_job_safely, throttled, worker_settings
 
-        for job in jobs:
-            def progress(done: int, total: int, used: float, job: Job = job) -> None:
-                if on_progress is not None:
-                    on_progress(0, job, done, total, used)
-            on_done(job, execute_job_safely(job, run_dir, progress))
+        restore = worker_settings(self.threads)
+        try:
+            for job in jobs:
+                def progress(done: int, total: int, used: float, job: Job = job) -> None:
+                    if on_progress is not None:
+                        on_progress(0, job, done, total, used)
+                on_done(job, execute_job_safely(job, run_dir, throttled(progress)))
+        finally:
+            restore()
 
 
 _DASK_CHILD: LocalExecutor | None = None

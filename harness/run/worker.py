@@ -11,7 +11,7 @@ import time
 import traceback
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 import torch
@@ -168,9 +168,10 @@ def _job_status(rows: pd.DataFrame) -> str:
 PROGRESS_INTERVAL = 0.5
 
 
-def _progress_sender(conn: Connection) -> JobProgress:
-    """Progress of the running job to the parent, at most every PROGRESS_INTERVAL seconds (and
-    always at a batch's end), as ``{"progress": (done, total, budget fraction)}``."""
+def throttled(progress: JobProgress) -> JobProgress:
+    """``progress``, called at most every PROGRESS_INTERVAL seconds while a batch runs (always at
+    a batch's start and end, where the budget fraction is 0): the tracker reports every flush of its
+    query window, far more often than a progress bar needs redrawing."""
     last = [time.monotonic()]
 
     def send(done: int, total: int, used: float) -> None:
@@ -178,8 +179,36 @@ def _progress_sender(conn: Connection) -> JobProgress:
         if used and now - last[0] < PROGRESS_INTERVAL:
             return
         last[0] = now
-        conn.send({"progress": (done, total, used)})
+        progress(done, total, used)
     return send
+
+
+def _progress_sender(conn: Connection) -> JobProgress:
+    """Progress of the running job to the parent (``throttled``), as ``{"progress": (done, total,
+    budget fraction)}``."""
+    return throttled(lambda done, total, used: conn.send({"progress": (done, total, used)}))
+
+
+def worker_settings(threads: int) -> Callable[[], None]:
+    """Put this process in a worker's settings, which jobs are measured under; returns what puts
+    back the previous ones (an in-process run gives the caller's process back as it was).
+
+    ``threads``: torch's intra-op threads (``LocalExecutor`` gives each worker its share of the
+    CPUs). numba's LLVM optimiser is most of the cost of compiling foolbox's Brendel-Bethge solver,
+    which happens once per process and norm and cannot be cached on disk (jitclass): at -O0 the
+    compile takes ~40% less CPU (e.g. L2: 36 s against 58 s) while the solver runs ~1.4x slower on
+    the digits zoo, a net gain below a few hundred BB jobs per worker. Same IEEE arithmetic (numba
+    never enables fast-math by default), so the same results. A user's NUMBA_OPT wins (and numba
+    reads it once, when first imported)."""
+    before_threads, before_numba = torch.get_num_threads(), os.environ.get("NUMBA_OPT")
+    torch.set_num_threads(max(1, threads))
+    os.environ.setdefault("NUMBA_OPT", "0")
+
+    def restore() -> None:
+        torch.set_num_threads(before_threads)
+        if before_numba is None:
+            os.environ.pop("NUMBA_OPT", None)
+    return restore
 
 
 def worker_loop(conn: Connection, threads: int) -> None:
@@ -187,13 +216,7 @@ def worker_loop(conn: Connection, threads: int) -> None:
 
     Each job's stderr (and a fatal signal's traceback, via faulthandler) goes to its log file.
     """
-    torch.set_num_threads(max(1, threads))
-    # numba's LLVM optimiser is most of the cost of compiling foolbox's Brendel-Bethge solver,
-    # which happens once per worker and norm and cannot be cached on disk (jitclass): at -O0 the
-    # compile takes ~40% less CPU (e.g. L2: 36 s against 58 s) while the solver runs ~1.4x slower
-    # on the digits zoo, a net gain below a few hundred BB jobs per worker. Same IEEE arithmetic
-    # (numba never enables fast-math by default), so the same results. A user's NUMBA_OPT wins.
-    os.environ.setdefault("NUMBA_OPT", "0")
+    worker_settings(threads)
     faulthandler.enable()  # on fd 2, which points at the current job's log while it runs
     stderr_fd = os.dup(2)
     # the imports are done: a job's time limit starts now, not when the process was spawned
