@@ -297,6 +297,25 @@ def _member(r: pd.Series, ci: tuple[float, float]) -> dict:
             "wins_top": None, "wins_member": None, "samples_to_separate": None}
 
 
+def _none_trusted(family: str, norm: str, g: pd.DataFrame, ci: list, e: float | None, best_norm: str,
+                  flagged_note: str, norm_best: pd.Series) -> dict:
+    """The "none" verdict of a family × norm whose every implementation is flagged: the best flagged
+    one named, untrusted, with why."""
+    top = g.iloc[0]
+    if is_strong(family, norm) and any("below_expected_strength" in f for f in g["flags"]):
+        note = (f"no implementation reaches the expected strength of {family} under {norm} here (AttackBench "
+                f"publishes {e:.3f}); use the best attack of {norm} instead: {best_norm}")
+    else:
+        note = f"every implementation is flagged ({flagged_note}); none is trusted"
+    return {"verdict": "none", "implementation": top["implementation"], "library": top["library"],
+            "library_version": top["library_version"], "optimality": float(top["optimality"]),
+            "optimality_ci": list(ci[0]), "queries": float(top["queries"]), "wall_s": float(top["wall_s"]),
+            "trusted": False, "trust_set": [], "top_share": float("nan"), "top_in_set": float("nan"),
+            "samples_to_separate": float("nan"), "images_to_decide": float("nan"),
+            "runner_up": g["implementation"].iloc[1] if len(g) > 1 else "",
+            "note": note, "weak": _weak(g, norm_best, set()), "summary": note}
+
+
 def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best: pd.Series,
          eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None,
          style: str = "cli") -> dict:
@@ -319,19 +338,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
             "best_in_norm": norm_best["best_in_norm_impl"], "candidates": len(g), "flagged": int((~g["clean"]).sum()),
             "samples_per_model": len(blocks.images)}
     if not cands:
-        top = g.iloc[0]
-        if is_strong(family, norm) and any("below_expected_strength" in f for f in g["flags"]):
-            note = (f"no implementation reaches the expected strength of {family} under {norm} here (AttackBench "
-                    f"publishes {e:.3f}); use the best attack of {norm} instead: {best_norm}")
-        else:
-            note = f"every implementation is flagged ({flagged_note}); none is trusted"
-        return base | {"verdict": "none", "implementation": top["implementation"], "library": top["library"],
-                       "library_version": top["library_version"], "optimality": float(top["optimality"]),
-                       "optimality_ci": list(ci[0]), "queries": float(top["queries"]), "wall_s": float(top["wall_s"]),
-                       "trusted": False, "trust_set": [], "top_share": float("nan"), "top_in_set": float("nan"),
-                       "samples_to_separate": float("nan"), "images_to_decide": float("nan"),
-                       "runner_up": g["implementation"].iloc[1] if len(g) > 1 else "",
-                       "note": note, "weak": _weak(g, norm_best, set()), "summary": note}
+        return base | _none_trusted(family, norm, g, ci, e, best_norm, flagged_note, norm_best)
     tests, excluded, pairs = trust_tests(blocks, cands, alpha)
     kept = [c for c, ex in zip(cands, excluded) if not ex]
     top = kept[0]  # candidates are in ξ-tier then cost order
