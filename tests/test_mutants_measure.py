@@ -162,6 +162,13 @@ def test_returned_rows_are_judged_as_clamped_to_the_box_and_cast_to_the_model_s_
     assert mask.tolist() == [True, False, False] and words == ["all-one image", "", ""]
 
 
+def test_a_returned_row_below_the_box_is_judged_as_its_clamp():
+    x = images([0.55, 0.55, 0.55, 0.55])  # class 1
+    t = QueryTracker(MeanModel(), x, torch.ones(1, dtype=torch.long), norm="l2")
+    mask, words = t.fallbacks(torch.full((1, 1, 2, 2), -1.0))
+    assert mask.tolist() == [True] and words == ["all-zero image"]
+
+
 def test_fallbacks_of_a_subset_are_judged_against_those_samples():
     t = QueryTracker(MeanModel(), X3, LABELS, norm="linf")
     returned = torch.stack([X3[2] + 0.01, ALL_09])
@@ -180,6 +187,12 @@ def test_a_targeted_default_output_in_a_third_class_is_a_fallback():
 
 
 # ------------------------------------------------------------------- offers, hints, the recheck
+def test_a_targeted_tracker_without_targets_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="^a targeted QueryTracker needs targets$"):
+        QueryTracker(MeanModel(), X3, LABELS, norm="l2", targeted=True)
+
+
+
 def test_an_offered_batch_counts_except_the_rows_excluded_as_fallbacks():
     t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
     offered = torch.cat([images(ADV_A, ADV_B2), X3[2:]])
