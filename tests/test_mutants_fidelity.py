@@ -11,10 +11,23 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from attackaudit.fidelity import stats as fidelity_stats
+from attackaudit.fidelity.equivalence import (DELTA, ImageBlocks, compare, distances_compare, pair_values, per_image,
+                                              signed_rank_z, swapped)
 from attackaudit.fidelity.paired_binary import (FAILURE_MARGIN, beyond_p, discordant, estimate, images_needed,
                                                 mcnemar_p, min_beyond_p, score_z, within_p)
 from attackaudit.fidelity.stats import (ALPHA, holm, paired_comparison, samples_to_separate, signed_rank_exact_p,
                                         significant, tie_aware_diff, tie_correction, wilcoxon_batch)
+
+
+@pytest.fixture(autouse=True)
+def computed_not_cached():
+    """Each test computes its paired comparisons itself: ``paired_comparison`` caches results by
+    input, and a result cached by an earlier test (or, under mutmut, by the unmutated parent
+    process every mutant is forked from) would stand in for the code under test."""
+    fidelity_stats._PAIRED_CACHE.clear()
+    yield
+    fidelity_stats._PAIRED_CACHE.clear()
 
 
 # --------------------------------------------------------------------------- multiple comparisons
@@ -48,6 +61,9 @@ def test_failures_rank_above_every_distance_and_near_equal_distances_tie():
     d = tie_aware_diff(a, b)
     big = 2 * 4.0 + 1
     assert d.tolist() == [0.0, big - 4.0, 2.0 - big, 0.0, 0.5]
+    # the tolerance is relative: at distance 100 a difference of 1e-8 is float noise, 1e-6 is not
+    assert tie_aware_diff(np.array([100.0, 100.0]), np.array([100.0 + 1e-8, 100.0 + 1e-6])).tolist() == \
+        pytest.approx([0.0, -1e-6])
 
 
 def brute_force_p(diff: np.ndarray) -> float:
@@ -68,6 +84,21 @@ def test_the_exact_signed_rank_p_with_ties_is_the_enumerated_one():
     res = paired_comparison(np.array([2.0, 1.0, 4.0, 4.0, 6.0, 1.0, 8.0, 10.0, 10.0]),
                             np.array([1.0, 2.0, 2.0, 2.0, 3.0, 4.0, 4.0, 5.0, 5.0]))
     assert res["p_value"] == pytest.approx(brute_force_p(np.array([1.0, -1, 2, 2, 3, -3, 4, 5, 5])))
+
+
+def test_all_differences_one_way_with_ties_have_the_exact_smallest_p():
+    diff = np.array([-1.0, -1.0, -2.0, -3.0])  # W+ = 0: one of the 2**4 sign patterns, doubled
+    ranks = stats.rankdata(np.abs(diff))
+    assert signed_rank_exact_p(ranks, 0.0) == pytest.approx(2 / 16) == pytest.approx(brute_force_p(diff))
+
+
+def test_wins_and_ties_are_counted_by_the_sign_of_each_difference():
+    res = paired_comparison(np.array([1.5, 1.0, 2.0, 4.0]), np.array([1.0, 2.0, 3.0, 4.0]))
+    assert (res["wins_a"], res["wins_b"], res["ties"]) == (2, 1, 1)
+    res = paired_comparison(np.array([3.0, 4.0, 5.0, 1.0]), np.array([2.0, 2.0, 2.0, 2.0]))  # a difference of 1
+    assert (res["wins_a"], res["wins_b"], res["ties"]) == (1, 3, 0)
+    ranks = stats.rankdata([1.0, 2.0, 3.0, 1.0])
+    assert res["p_value"] == pytest.approx(signed_rank_exact_p(ranks, ranks[:3].sum()))
 
 
 def test_a_paired_comparison_without_ties_is_scipy_s_wilcoxon():
@@ -178,3 +209,51 @@ def test_images_needed_grows_as_the_truth_nears_the_margin_and_is_inf_at_it():
     same = images_needed(np.zeros(200), fb, ALPHA)
     assert math.isfinite(same) and same > 52
     assert images_needed(np.array([]), np.array([]), ALPHA) == math.inf
+
+
+# ----------------------------------------------------------------------- equivalence's building blocks
+def test_the_signed_rank_z_is_scipy_s_normal_approximation_without_continuity_correction():
+    rng = np.random.default_rng(2)
+    rows = np.round(rng.normal(0.3, 1.0, (3, 30)), 1)
+    rows[2, :6] = 0.0
+    for row, z in zip(rows, signed_rank_z(rows)):
+        ref = stats.wilcoxon(row[row != 0], zero_method="wilcox", correction=False, method="approx")
+        assert 2 * stats.norm.sf(abs(z)) == pytest.approx(ref.pvalue, rel=1e-9)
+        assert np.sign(z) == np.sign(np.median(row[row != 0]))
+    assert signed_rank_z(np.zeros((1, 4))).tolist() == [0.0]
+
+
+def test_per_image_values_are_means_over_the_models_that_compared_the_image():
+    v = np.array([[0.2, np.nan, 0.4, np.nan], [0.4, 0.1, np.nan, np.nan]])
+    assert per_image(v).tolist() == pytest.approx([0.3, 0.1, 0.4])
+    assert per_image(np.array([0.5, np.nan, -0.5])).tolist() == [0.5, -0.5]
+    assert per_image(np.full((2, 3), np.nan)).size == 0
+
+
+def test_a_comparison_seen_from_the_other_side_is_its_mirror_image():
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 1.0, 40)
+    b = a * rng.uniform(1.0, 1.4, 40)
+    b[:6] = np.inf  # b failed on six images a broke
+    values = pair_values(a, b)
+    ab, ba = compare(values), compare(swapped(values))
+    assert (ab["fail_a"], ab["fail_b"]) == (ba["fail_b"], ba["fail_a"]) and ab["fail_b"] == pytest.approx(6 / 40)
+    assert (ab["broke_only_a"], ab["wins_a"]) == (ba["broke_only_b"], ba["wins_b"])
+    assert ab["estimate"] == pytest.approx(-ba["estimate"]) and ab["estimate"] < 0
+    assert ab["direction"] == -ba["direction"] == -1
+
+
+def test_images_both_found_adversarial_at_distance_zero_are_left_out():
+    a = np.array([0.0, 0.0, 1.0, 2.0, 3.0])
+    b = np.array([0.0, 0.5, 1.0, 2.5, np.inf])
+    res = distances_compare(a, b)
+    assert res["n_images"] == 4 and res["n_both"] == 3 and res["broke_only_a"] == 1
+    assert res == distances_compare(a[1:], b[1:])
+
+
+def test_image_blocks_from_arrays_take_the_envelope_unless_given_one():
+    dist = np.array([[[1.0, 2.0, np.inf], [0.5, np.nan, 3.0]]])  # one model, two implementations
+    blocks = ImageBlocks.from_arrays(dist)
+    assert blocks.d_star.tolist() == [[0.5, 2.0, 3.0]] and blocks.models == ["0"] and blocks.images.tolist() == [0, 1, 2]
+    given = ImageBlocks.from_arrays(dist, d_star=np.array([[0.25, 1.0, 1.0]]))
+    assert given.d_star.tolist() == [[0.25, 1.0, 1.0]] and DELTA == pytest.approx(math.log(1.05))
