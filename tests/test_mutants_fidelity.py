@@ -8,10 +8,13 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from attackaudit.fidelity import stats as fidelity_stats
+from attackaudit.fidelity.flags import FLAGS, flagged
+from attackaudit.fidelity.optimality import envelope
 from attackaudit.fidelity.equivalence import (DELTA, ImageBlocks, compare, distances_compare, pair_values, per_image,
                                               signed_rank_z, swapped)
 from attackaudit.fidelity.paired_binary import (FAILURE_MARGIN, beyond_p, discordant, estimate, images_needed,
@@ -257,3 +260,20 @@ def test_image_blocks_from_arrays_take_the_envelope_unless_given_one():
     assert blocks.d_star.tolist() == [[0.5, 2.0, 3.0]] and blocks.models == ["0"] and blocks.images.tolist() == [0, 1, 2]
     given = ImageBlocks.from_arrays(dist, d_star=np.array([[0.25, 1.0, 1.0]]))
     assert given.d_star.tolist() == [[0.25, 1.0, 1.0]] and DELTA == pytest.approx(math.log(1.05))
+
+
+# --------------------------------------------------------------------------- what a report lists
+def test_an_implementation_s_flags_are_listed_in_the_order_of_flags_then_by_name():
+    rows = [("x/pgd", "1.0", "l2", flag) for flag in ("zz_plugin_flag", "optimality_gap", "crash", "aa_plugin_flag")]
+    rows.append(("y/fmn", "2.0", "l2", "label_bug"))
+    table = pd.DataFrame(rows, columns=["implementation", "library_version", "norm", "flag"])
+    listed = flagged(table)
+    assert listed[("x/pgd", "1.0", "l2")] == ["crash", "optimality_gap", "aa_plugin_flag", "zz_plugin_flag"]
+    assert FLAGS.index("crash") < FLAGS.index("optimality_gap")
+    assert listed[("y/fmn", "2.0", "l2")] == ["label_bug"] and flagged(None) == {} and flagged(table[:0]) == {}
+
+
+def test_the_envelope_of_no_rows_has_the_envelope_s_columns():
+    empty = envelope(pd.DataFrame(columns=["model", "norm", "sample", "implementation", "library_version",
+                                           "best_distance", "status"]))
+    assert list(empty.columns) == ["model", "norm", "sample", "d_star", "found_by"] and empty.empty
