@@ -10,7 +10,7 @@ The rule (fidelity/README.md, "Trust sets"):
    block). A candidate is excluded when some other candidate
    is *different* from it, better, with the difference test Holm-adjusted over all those pairs:
    no pick is made before testing, so the comparison with the best needs no selection
-   correction. The top pick is the remaining candidate with the highest global ξ (within
+   correction. The top pick is the remaining candidate with the highest global ξ against the family's own envelope (within
    ``TIE_TOLERANCE`` the cheaper one).
 3. The other members are compared with the top pick for equivalence (both endpoints inside
    their margins, Holm over the members). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
@@ -42,7 +42,7 @@ from .flags import flagged
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
 from .class_failure import class_notes_of
-from .strength import expectations, expected, is_strong, shortfall_note, strength_findings
+from .strength import expectations, expected, family_optimality, is_strong, shortfall_note, strength_findings
 from .twins import twin_notes
 
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
@@ -246,6 +246,9 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     board = board.assign(queries=board["forwards"] + board["backwards"],
                          flags=[marks.get((r.implementation, r.library_version, r.norm), [])
                                 for r in board.itertuples(index=False)])
+    # candidates are ordered by ξ against their own family's envelope: no other family moves a pick
+    own = family_optimality(without_twins(prepare(table)), eps_max)[["norm", *IMPL_KEY, "family_optimality"]]
+    board = board.drop(columns=["family_optimality"], errors="ignore").merge(own, on=["norm", *IMPL_KEY], how="left")
     strength = strength_findings(board[["norm", *IMPL_KEY, "family", "optimality", "n_models"]])
     best_of_norm = strength.drop_duplicates("norm").set_index("norm")
     by_norm = dict(tuple(long.groupby("norm", sort=False)))
@@ -320,7 +323,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
          eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None,
          style: str = "cli") -> dict:
     g = g.assign(clean=[not (set(f) - WEAKNESS_FLAGS) for f in g["flags"]],
-                 tier=(g["optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
+                 tier=(g["family_optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
     g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
                       ascending=[False, False, True, True, True], kind="stable").reset_index(drop=True)
     keys = list(zip(g["implementation"], g["library_version"]))

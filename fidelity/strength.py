@@ -105,7 +105,7 @@ def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
-def _family_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None) -> pd.DataFrame:
+def family_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None) -> pd.DataFrame:
     """Global ξ of every implementation against its own family's envelope (per family and norm),
     with ``family_sibling_best``: the best such ξ of its family in another library."""
     parts = [global_optimality(sub, eps_max) for _, sub in table.groupby("family", sort=True)]
@@ -125,7 +125,7 @@ def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | 
     """``below_expected_strength`` findings (``model == "*"``) for a prepared table without twins."""
     if table.empty:
         return []
-    glob = global_optimality(table, eps_max).merge(_family_optimality(table, eps_max),
+    glob = global_optimality(table, eps_max).merge(family_optimality(table, eps_max),
                                                     on=["norm", "implementation", "library_version"], how="left")
     g = strength_findings(glob)
     local = local_optimality(table, eps_max)
