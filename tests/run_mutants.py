@@ -159,14 +159,17 @@ def results(work: Path) -> dict[str, dict[str, int | None]]:
 
 
 def score(codes: dict[str, int | None], equivalent: set[str]) -> dict[str, float | int]:
-    """The counts of one file's mutants and its score (None: no mutant counted)."""
+    """The counts of one file's mutants, its score over the tested mutants that are not equivalent,
+    and its raw score over all tested ones (None: no mutant counted)."""
     counted = {k: c for k, c in codes.items() if k not in equivalent}
     tally = Counter("killed" if c in KILLED else "timeout" if c in TIMEOUT else "survived" if c in SURVIVED
                     else "no tests" if c in NO_TESTS else "not run" if c is None else "other"
                     for c in counted.values())
     ran = len(counted) - tally["not run"]
+    tested = ran + sum(1 for k, c in codes.items() if k in equivalent and c is not None)
+    killed = tally["killed"] + tally["timeout"]
     return {"mutants": len(codes), "equivalent": len(codes) - len(counted), **tally,
-            "score": (tally["killed"] + tally["timeout"]) / ran if ran else None}
+            "score": killed / ran if ran else None, "raw": killed / tested if tested else None}
 
 
 def report(name: str, work: Path, equivalent: set[str]) -> list[str]:
@@ -174,17 +177,12 @@ def report(name: str, work: Path, equivalent: set[str]) -> list[str]:
     table = results(work)
     columns = ["mutants", "equivalent", "killed", "timeout", "survived", "no tests", "not run", "other"]
     print(f"\narea {name}")
-    print(f"  {'file':46s} " + " ".join(f"{c:>10s}" for c in columns) + "      score")
-    total: dict[str, dict[str, int | None]] = {}
-    for path, codes in table.items():
-        total[path] = codes
+    print(f"  {'file':46s} " + " ".join(f"{c:>10s}" for c in columns) + "      score  raw score")
+    for path, codes in [*table.items(), ("total", {k: c for codes in table.values() for k, c in codes.items()})]:
         s = score(codes, equivalent)
-        shown = "    -" if s["score"] is None else f"{100 * s['score']:5.1f}%"
+        shown = " ".join("    -  " if s[k] is None else f"{100 * s[k]:5.1f}%" for k in ("score", "raw"))
         print(f"  {path:46s} " + " ".join(f"{s.get(c, 0):>10d}" for c in columns) + f"     {shown}")
-    merged = {k: c for codes in total.values() for k, c in codes.items()}
-    s = score(merged, equivalent)
-    shown = "    -" if s["score"] is None else f"{100 * s['score']:5.1f}%"
-    print(f"  {'total':46s} " + " ".join(f"{s.get(c, 0):>10d}" for c in columns) + f"     {shown}")
+    merged = {k: c for codes in table.values() for k, c in codes.items()}
     return sorted(k for k, c in merged.items() if k not in equivalent and not_killed(c))
 
 

@@ -102,6 +102,7 @@ def test_wins_and_ties_are_counted_by_the_sign_of_each_difference():
     assert (res["wins_a"], res["wins_b"], res["ties"]) == (1, 3, 0)
     ranks = stats.rankdata([1.0, 2.0, 3.0, 1.0])
     assert res["p_value"] == pytest.approx(signed_rank_exact_p(ranks, ranks[:3].sum()))
+    assert res["statistic"] == min(ranks[:3].sum(), ranks[3])  # the exact path's statistic: min(W+, W−)
 
 
 def test_a_paired_comparison_without_ties_is_scipy_s_wilcoxon():
@@ -125,7 +126,7 @@ def test_a_paired_comparison_s_edges():
     ties = paired_comparison(np.array([1.0, np.inf]), np.array([1.0, np.inf]))
     assert ties == {"n_samples": 2, "wins_a": 0, "wins_b": 0, "ties": 2, "statistic": 0.0, "p_value": 1.0,
                     "effect_size": 0.0, "median_difference": 0.0}
-    assert paired_comparison(np.array([]), np.array([]))["p_value"] == 1.0
+    assert paired_comparison(np.array([]), np.array([])) == {**ties, "n_samples": 0, "ties": 0}
     with pytest.raises(ValueError, match="differ in length: 2 vs 3"):
         paired_comparison(np.ones(2), np.ones(3))
     all_a = paired_comparison(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 9.0]))
