@@ -78,15 +78,22 @@ def beyond_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MAR
     return 1.0
 
 
+def smallest_beyond_p(k: np.ndarray | float, n: np.ndarray | float, margin: float = FAILURE_MARGIN) -> np.ndarray:
+    """The smallest ``beyond_p`` that ``k`` discordant images of ``n`` could give: all of them in one
+    direction (the discordant count is the failure endpoint's ancillary statistic); 1 where no
+    arrangement can pass the margin, e.g. without a discordant image (Tarone's "testable" check).
+    Vectorised over the counts (the bootstrap's resamples)."""
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        can = (n > 0) & (k > margin * n)
+        p = np.minimum(1.0, 2 * stats.norm.sf(score_z(k, 0.0, n, margin)))
+    return np.where(can, p, 1.0)
+
+
 def min_beyond_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MARGIN) -> float:
-    """The smallest ``beyond_p`` these images could give: every discordant image in one direction
-    (the discordant count is the failure endpoint's ancillary statistic). 1 when no arrangement of
-    them can pass the margin, e.g. without a discordant image (Tarone's "testable" check)."""
+    """``smallest_beyond_p`` of these images' discordant count."""
     x10, x01, n = discordant(fail_a, fail_b)
-    k = x10 + x01
-    if n == 0 or k / n <= margin:
-        return 1.0
-    return float(min(1.0, 2 * stats.norm.sf(score_z(k, 0.0, n, margin))))
+    return float(smallest_beyond_p(x10 + x01, n, margin))
 
 
 def within_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MARGIN) -> float:

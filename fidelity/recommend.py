@@ -147,11 +147,7 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         better_all.append(first)
         # Tarone (equivalence.reachable_endpoints): the failure endpoint counts only when its
         # discordant images could pass the margin at all
-        k = x10 + x01
-        with np.errstate(invalid="ignore", divide="ignore"):
-            f_testable = (k > FAILURE_MARGIN * n) & (
-                2 * sps.norm.sf(paired_binary.score_z(k, 0.0, n, FAILURE_MARGIN)) < alpha)
-        factor = np.where(f_testable, 4.0, 2.0)
+        factor = np.where(paired_binary.smallest_beyond_p(x10 + x01, n, FAILURE_MARGIN) < alpha, 4.0, 2.0)
         p_all.append(np.where(mixed, 1.0, np.minimum(1.0, factor * sps.norm.sf(np.maximum(z_f, z_d)))))
     return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
@@ -241,13 +237,14 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:
         return pd.DataFrame(columns=RECOMMEND_COLUMNS)
-    long = long_distances(without_twins(prepare(table)))
+    real = without_twins(prepare(table))
+    long = long_distances(real)
     marks = flagged(flags_df)
     board = board.assign(queries=board["forwards"] + board["backwards"],
                          flags=[marks.get((r.implementation, r.library_version, r.norm), [])
                                 for r in board.itertuples(index=False)])
     # candidates are ordered by ξ against their own family's envelope: no other family moves a pick
-    own = family_optimality(without_twins(prepare(table)), eps_max)[["norm", *IMPL_KEY, "family_optimality"]]
+    own = family_optimality(real, eps_max)[["norm", *IMPL_KEY, "family_optimality"]]
     board = board.drop(columns=["family_optimality"], errors="ignore").merge(own, on=["norm", *IMPL_KEY], how="left")
     strength = strength_findings(board[["norm", *IMPL_KEY, "family", "optimality", "n_models"]])
     best_of_norm = strength.drop_duplicates("norm").set_index("norm")
