@@ -143,7 +143,7 @@ def _last_not_best_evidence(c: dict, q: float, n_jobs: int) -> str:
 def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
     """Did the attack run at all (``silent_failure``)? A gradient attack without any backward
     pass; about one query per sample and nothing broken; or none of the images other
-    implementations broke was broken (ASR = clean error rate) on this model nor on any other it
+    implementations of its family broke was broken (ASR = clean error rate) on this model nor on any other it
     ran on (``anywhere``: per implementation and norm, the images others broke and those it broke,
     over every model), with (1 - ``SILENT_FAILURE_FLOOR``)^images ≤ ``ALPHA``. An attack whose
     outputs left [0, 1] in any batch of the job ran, and is named for that (``out_of_box``) rather
@@ -154,11 +154,11 @@ def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
     invalid = g["status"] == "invalid"
     if invalid.any() and g.loc[invalid, "error"].astype(str).str.contains(OUT_OF_BOX_ERROR, regex=False).any():
         return []
-    live, d_star = g["live"].to_numpy()[ok], g["d_star"].to_numpy()[ok]
+    live, d_star = g["live"].to_numpy()[ok], g["d_star_family"].to_numpy(float)[ok]
     best = g["best_distance"].to_numpy()[ok]
     forwards, backwards = g["forwards"].to_numpy()[ok], g["backwards"].to_numpy()[ok]
     gradient = str(g["family"].iat[0]) not in GRADIENT_FREE_FAMILIES
-    target = live & np.isfinite(d_star)  # samples some implementation broke
+    target = live & np.isfinite(d_star)  # samples some implementation of its family broke
     m = int(target.sum())
     success = int(np.isfinite(best[target]).sum())
     rates = (f"ASR {float((~live | np.isfinite(best)).mean()):.2f} vs clean error rate "
@@ -180,12 +180,12 @@ def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
 
 
 def _anywhere(rows: pd.DataFrame) -> dict:
-    """Per (implementation, library_version, norm): the images (sample ids) other implementations
-    broke where it ran ``ok``, those it broke, over every model, and how many models it ran on."""
+    """Per (implementation, library_version, norm): the images (sample ids) its family's
+    implementations broke where it ran ``ok``, those it broke, over every model, and how many models it ran on."""
     ok = rows[rows["status"] == "ok"]
     out = {}
     for key, g in ok.groupby(["implementation", "library_version", "norm"], sort=False):
-        target = g["live"].to_numpy(bool) & np.isfinite(g["d_star"].to_numpy(float))
+        target = g["live"].to_numpy(bool) & np.isfinite(g["d_star_family"].to_numpy(float))
         hit = target & np.isfinite(g["best_distance"].to_numpy(float))
         out[key] = (set(g["sample"].to_numpy()[target]), set(g["sample"].to_numpy()[hit]),
                     g["model"].map(base_of).nunique())
@@ -228,6 +228,12 @@ def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
                           if c in slim.columns})
     rows = slim.merge(d_star, on=SAMPLE_KEY, how="left")
     rows["live"] = rows["d_star"] > 0
+    # the images its own family broke: what silent_failure judges an implementation against, so
+    # that no implementation of another family can move it (issue 36's families fixed in advance)
+    own = [long_distances(sub)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY).assign(family=family)
+           for family, sub in t.groupby("family", sort=False)]
+    own = (pd.concat(own, ignore_index=True) if own else pd.DataFrame(columns=[*SAMPLE_KEY, "d_star", "family"]))
+    rows = rows.merge(own.rename(columns={"d_star": "d_star_family"}), on=[*SAMPLE_KEY, "family"], how="left")
     return rows
 
 
