@@ -52,6 +52,12 @@ spec = st.tuples(st.lists(st.floats(1.0, 1.6), min_size=2, max_size=3),
 # the joined family moved (lib_a and lib_b swapped); it is ordered by the family's own ξ now
 @example(a=([1.1596997006215457, 1.1866887920735096, 1.4074744315755034], [0.3, 0.1, 1.0], [0.0, 0.0, 0.0]),
          b=([1.4471411791446471, 1.1, 1.1], [0.0, 0.0, 0.0], [0.3, 0.0, 0.0]), seed=1038, n=24)
+# and this one: silent_failure counted the images any implementation broke, so a family whose
+# implementations fail everything was silent alone and flagged once another family joined; it
+# counts the images its own family broke now
+@example(a=([1.45, 1.0], [1.0, 1.0, 0.3], [0.0, 0.0, 0.0]),
+         b=([1.1103625886123767, 1.3145424485098802, 1.5172516149815984], [0.0, 0.3, 1.0], [0.0, 0.3, 0.3]),
+         seed=117, n=24)
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a failing case is printed unshrunk
 def test_unrelated_implementations_change_no_verdict(a, b, seed, n):
