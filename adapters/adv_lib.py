@@ -59,12 +59,15 @@ def specs() -> list[AttackSpec]:
                               partial(_minimal, fn, **params), targeted_support=targeted_support,
                               steps_param=steps_param, note=note))
 
-    def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", **params):
+    def fixed(name, fn, family, spec_norm, eps_name="eps", steps_param="", variant="", targeted_support=True,
+              **params):
         if fn is None:
             return
+        note = "" if targeted_support else f"adv-lib's {name} has no targeted mode"
         out.append(AttackSpec(LIBRARY, name, family, spec_norm, "fixed", params,
                               partial(_fixed, fn, eps_name, **params), per_sample_eps=True,
-                              steps_param=steps_param, variant=variant))
+                              steps_param=steps_param, variant=variant, targeted_support=targeted_support,
+                              note=note))
 
     for norm in ("l0", "l1", "l2", "linf"):
         minimal("fmn", A.fmn, "fmn", norm, "steps", norm=P[norm], steps=500)
@@ -79,8 +82,10 @@ def specs() -> list[AttackSpec]:
         fixed("apgd", A.apgd, "apgd", norm, "eps", "n_iter", norm=P[norm], n_iter=100, loss_function="dlr")
         fixed("apgd", A.apgd, "apgd", norm, "eps", "n_iter", norm=P[norm], n_iter=100, loss_function="ce",
               variant="ce")
+        # APGD-T picks its own target classes (the runner-up logits) to break the label: an
+        # untargeted attack; targeted=True fails an assertion inside adv-lib
         fixed("apgd_targeted", A.apgd_targeted, "apgd_t", norm, "eps", "n_iter", norm=P[norm], n_iter=100,
-              num_targets=3)
+              num_targets=3, targeted_support=False)
     for norm in ("l2", "linf"):
         minimal("df", A.df, "deepfool", norm, "steps", targeted_support=False, norm=P[norm], steps=50)
         # the adaptive trust region of Yao et al.: adv-lib's default (adaptive=False) caps every step
@@ -92,6 +97,7 @@ def specs() -> list[AttackSpec]:
     minimal("carlini_wagner_linf", A.carlini_wagner_linf, "cw", "linf", "max_iterations",
             max_iterations=40)
     minimal("vfga", A.vfga, "vfga", "l0", "max_iter", max_iter=20)
-    minimal("sigma_zero", A.sigma_zero, "sigma_zero", "l0", "num_steps", num_steps=500)
+    # sigma-zero is untargeted only: with targeted=True it warns and returns its input
+    minimal("sigma_zero", A.sigma_zero, "sigma_zero", "l0", "num_steps", targeted_support=False, num_steps=500)
     fixed("pgd_linf", A.pgd_linf, "pgd", "linf", "ε", "steps", steps=100)
     return out
