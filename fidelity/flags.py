@@ -367,6 +367,8 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     ``below_expected_strength``) have ``model == "*"``.
     """
     t = prepare(table)
+    if t.empty:  # no rows, no findings (a run whose jobs all were skipped, or a filtered table)
+        return pd.DataFrame(columns=FLAG_COLUMNS)
     rows = _with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)

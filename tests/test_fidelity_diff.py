@@ -209,3 +209,18 @@ def test_a_defect_flag_that_appears_regresses_and_one_that_disappears_improves(f
     assert better.flags_disappeared == flag and better.verdict == "improved" and better.score == weight
     assert better.reason.startswith(f"{flag} gone")
     assert diff(defective, defective).set_index("implementation").loc["lib/pgd", "verdict"] == "unchanged"
+
+
+def test_two_empty_tables_give_an_empty_diff_not_a_crash():
+    """A run whose jobs were all skipped has no rows: its diff and flags are empty tables with
+    their columns (the class-conditional rule once raised on the empty table's object columns)."""
+    from attackaudit.fidelity import flags as compute_flags
+    from attackaudit.fidelity.diff import DIFF_COLUMNS
+    from attackaudit.fidelity.flags import FLAG_COLUMNS
+    from attackaudit.results.schema import ROW_COLUMNS
+
+    empty = pd.DataFrame(columns=list(ROW_COLUMNS))
+    out = diff(empty, empty)
+    assert out.empty and list(out.columns) == list(DIFF_COLUMNS)
+    found = compute_flags(empty)
+    assert found.empty and list(found.columns) == list(FLAG_COLUMNS)

@@ -115,6 +115,25 @@ def test_the_search_leaves_clean_adversarial_samples_and_stops_at_the_budget():
     assert torch.equal(best[0], x[0])  # ε 0.03, 0.06, 0.12 all fail: the input stands
 
 
+def test_a_sample_whose_remaining_budget_equals_one_call_s_cost_is_not_attacked_again():
+    """A call may cost more than the most one has cost so far: the search stops a sample once its
+    remaining budget is no more than that (the docstring's rule), so the budget is never the
+    last call's to overrun."""
+    x = images([0.2] * 4, [0.7] * 4)
+    y = torch.zeros(2, dtype=torch.long)
+    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=9)
+    attack = LinfStep(t)
+
+    def success(adv, idx):
+        with torch.no_grad():
+            t.expect(idx)
+            return t.judge(t(adv), idx)
+
+    minimal_search(attack, x, "linf", success, lambda: t.queries, 9)
+    # 1 (clean check) + 3 calls of 2 = 7: 2 left, exactly one call's cost: no fourth call
+    assert len(attack.eps) == 3 and t.queries.tolist() == [7, 1]
+
+
 def test_the_search_stops_doubling_at_the_ceiling():
     x = images([0.0, 0.0, 0.0, 0.0])
     t = QueryTracker(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), x, torch.zeros(1, dtype=torch.long), norm="linf")

@@ -119,7 +119,8 @@ def minimal_search(attack: BallAttack, inputs: Tensor, norm: str,
     costs is part of a call's cost. ``clean_adversarial`` (N bools): which clean inputs already are
     adversarial (the tracker's clean logits); None asks ``is_success``.
     ``queries()`` returns the per-sample queries spent so far (the tracker's counts); a sample is
-    no longer attacked once its remaining budget is below what one call has cost it. Returns the
+    no longer attacked once its remaining budget is no more than the most one call has cost it (a
+    call may cost more than any before it, so an exact fit is not risked). Returns the
     adversarial at the smallest successful ε per sample (the input itself where none succeeded).
     ``record`` (``BallRecord.empty(inputs)``), when given, is filled with every call's rows.
     Exceptions from ``attack`` propagate: the caller records them.
