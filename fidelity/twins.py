@@ -253,7 +253,7 @@ def seed_twin_check(t: pd.DataFrame) -> pd.DataFrame:
     for (b, norm, impl, version), g in pairs.groupby(["base", "norm", *IMPL_KEY], sort=True):
         a, s = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         both = np.isfinite(a) & np.isfinite(s) & (np.maximum(a, s) > 0)
-        rel = np.abs(a - s)[both] / np.maximum(a, s)[both] if both.any() else np.zeros(0)
+        rel = np.abs(a[both] - s[both]) / np.maximum(a[both], s[both])  # both finite: no inf - inf
         rows.append({"model": b, "norm": norm, "implementation": impl, "library_version": version, "n": len(g),
                      "n_differ": int(differs(a, s, RTOL["seed"]).sum()),
                      "largest_relative_difference": float(rel.max()) if rel.size else 0.0})
