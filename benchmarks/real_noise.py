@@ -11,7 +11,8 @@ and class-dependent difficulty as they are.
 ``measure(corpus)`` gives the numbers behind the rules' null rates: per randomised attack the
 spread of its per-image log ratio between two seeds; per implementation the share of images whose
 returned output is worse than its best; per deterministic attack the images where one image per
-call differs from the batch; per attack the images the shift twin changes.
+call differs from the batch; per attack the images the batch-composition twin (reversed, half
+batches) and the shift twin change.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ FILL = {"run": "noise", "dataset": "digits", "subset_hash": "corpus", "params_ha
 
 def load(path: Path = CORPUS) -> pd.DataFrame:
     """The corpus rows, with ``base`` (the model without its twin suffix) and ``twin`` ("", "seed",
-    "split", "shift"). Raises FileNotFoundError naming the script that makes it."""
+    "split", "shift", "batch"). Raises FileNotFoundError naming the script that makes it."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} is missing; make it with `.venv/bin/python benchmarks/noise_corpus.py`")
     t = pd.read_parquet(path)
@@ -68,10 +69,12 @@ def load(path: Path = CORPUS) -> pd.DataFrame:
 
 # ------------------------------------------------------------------ measurements
 def _wide(c: pd.DataFrame, twin: str, value: str = "best_distance") -> pd.DataFrame:
-    """(base, implementation, norm, sample) → value on the base model and on its ``twin``."""
+    """(base, implementation, norm, sample) → value (and ``best_margin``, NaN where the corpus's
+    rows predate it) on the base model and on its ``twin``."""
     key = ["base", "implementation", "norm", "sample"]
-    a = c[c["twin"] == ""].set_index(key)[[value, "status"]]
-    b = c[c["twin"] == twin].set_index(key)[[value, "status"]]
+    cols = [value, "status"] + (["best_margin"] if "best_margin" in c.columns and value != "best_margin" else [])
+    a = c[c["twin"] == ""].set_index(key)[cols]
+    b = c[c["twin"] == twin].set_index(key)[cols]
     return a.join(b, how="inner", lsuffix="_a", rsuffix="_b").reset_index()
 
 
@@ -130,32 +133,47 @@ def _differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
 
 
 def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
-    """Per implementation and norm: the live images whose best distance on the ``twin`` ("split"
-    or "shift") differs from the base model's (success, or beyond the rule's tolerance), pooled
-    over the models that have the twin, the largest relative difference, and the rate's UCB."""
-    rtol = SPLIT_RTOL if twin == "split" else SHIFT_RTOL
+    """Per implementation and norm: the live images whose best distance on the ``twin`` ("split",
+    "batch" or "shift") differs from the base model's (success, or beyond the rule's tolerance),
+    pooled over the models that have the twin, the largest relative difference, and the rate's UCB.
+    On the batch twins (split, batch) ``at_boundary`` counts the differing images whose best sits
+    at an exact decision boundary on either side (``twins.BOUNDARY_MARGIN``, as the rule leaves
+    them out; an old row without ``best_margin`` is not at one) and ``beyond`` the others; with a
+    seed twin, ``seed_differ`` counts the images where the two seeds differ (NaN without one)."""
+    from attackaudit.fidelity.twins import BOUNDARY_MARGIN
+    from attackaudit.sources.twins import RANDOMISED_BUILTINS as rand
+    rtol = SHIFT_RTOL if twin == "shift" else SPLIT_RTOL
     w = _wide(c, twin)
     live = _live(c)
     w = w[live.reindex(pd.MultiIndex.from_frame(w[["base", "sample"]])).to_numpy(bool)]
-    from attackaudit.sources.twins import RANDOMISED_BUILTINS as rand
+    seed = _wide(c, "seed").set_index(["base", "implementation", "norm", "sample"])["best_distance_b"]
     rows = []
     for (impl, norm), g in w.groupby(["implementation", "norm"], sort=True):
         a, b = g["best_distance_a"].to_numpy(float), g["best_distance_b"].to_numpy(float)
         d = _differs(a, b, rtol)
         both = np.isfinite(a) & np.isfinite(b)
         rel = np.abs(a[both] - b[both]) / np.maximum(a[both], b[both])
+        if "best_margin_a" in g.columns:
+            edge = ((np.abs(g["best_margin_a"].to_numpy(float)) <= BOUNDARY_MARGIN)
+                    | (np.abs(g["best_margin_b"].to_numpy(float)) <= BOUNDARY_MARGIN))
+        else:
+            edge = np.zeros(len(g), bool)
+        s = seed.reindex(pd.MultiIndex.from_frame(g[["base", "implementation", "norm", "sample"]])).to_numpy(float)
+        has_seed = bool((~np.isnan(s)).any())
         rows.append({"implementation": impl, "norm": norm, "randomised": impl in rand, "images": len(g),
                      "differ": int(d.sum()), "rate": float(d.mean()), "ucb": ucb(int(d.sum()), len(g)),
                      "largest_rel": float(rel.max()) if rel.size else 0.0,
-                     "known": (impl, norm) in KNOWN_DEFECTS["batch_dependence"] if twin == "split" else False})
+                     "at_boundary": int((d & edge).sum()), "beyond": int((d & ~edge).sum()),
+                     "seed_differ": int(_differs(a, s, SPLIT_RTOL)[~np.isnan(s)].sum()) if has_seed else np.nan,
+                     "known": (impl, norm) in KNOWN_DEFECTS["batch_dependence"] if twin != "shift" else False})
     return pd.DataFrame(rows, columns=["implementation", "norm", "randomised", "images", "differ", "rate", "ucb",
-                                       "largest_rel", "known"])
+                                       "largest_rel", "at_boundary", "beyond", "seed_differ", "known"])
 
 
 def measure(c: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Everything the README's real-noise paragraph quotes."""
     return {"seed": seed_noise(c), "not_best": not_best(c), "split": twin_differences(c, "split"),
-            "shift": twin_differences(c, "shift")}
+            "batch": twin_differences(c, "batch"), "shift": twin_differences(c, "shift")}
 
 
 # ------------------------------------------------------------------ resampling

@@ -14,10 +14,17 @@ the models):
   returned-worse-than-best images; the weakest attack that works; a sound fixed-ε attack's
   minimal-ε search columns) beside the strongest minimal attack of each norm, through ``flags``.
   The class-conditional ``label_bug`` is judged on every one of them (no built-in has a label bug).
-- **twins** (``twin_checks``): a sound deterministic attack with its batch-split twin (drawn, and
-  the one with the most measured differences), a deterministic attack with its shift twin (the same
-  two ways) and a randomised one with its shift and seed twins, through ``flags``: on
-  ``digits-mlp``, the one model whose twins the corpus has, whatever ``m``.
+- **split**, **batch**, **shift** (``twin_checks``; ``twins`` names split and shift together): a
+  sound deterministic attack with its batch-split twin (drawn, and the one with the most measured
+  differences); an attack not known to be batch-dependent with its batch-composition twin
+  (``M~batch``: the same images reversed, in half batches; drawn from every such spec, randomised
+  or not, and the deterministic one with the most measured differences); a deterministic attack
+  with its shift twin (the same two ways) and a randomised one with its shift and seed twins,
+  through ``flags``: on ``digits-mlp``, the one model whose twins the corpus has, whatever ``m``.
+  The table holds the attack's seed twin wherever the corpus has one on ``digits-mlp`` (as
+  ``--metamorphic`` gives one to every randomised or random-state-moving built-in): the batch
+  twins judge a randomised attack against it, and do not judge one that moved a random state
+  without it.
 
 Each check returns True (fired), False, or None (no null of that kind in this repetition).
 """
@@ -31,7 +38,7 @@ import pandas as pd
 import real_noise as rn
 
 EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
-#: the models whose batch-split twin the corpus has
+#: the models whose batch-split (and batch-composition) twin the corpus has
 SPLIT_MODELS = ("digits-mlp",)
 SHIFT_MODEL = "digits-mlp"
 #: known shift-twin defects (fidelity/README.md: torchattacks EAD 6 of 16, torchattacks CW 13 of 16)
@@ -73,6 +80,13 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
     split = m["split"].loc[~m["split"]["known"].to_numpy(bool) & ~m["split"]["randomised"].to_numpy(bool)]
     split = split.loc[np.array([all(R.has(rn.Job(i, n, b + "~split")) for b in SPLIT_MODELS)
                             for i, n in zip(split["implementation"], split["norm"])], dtype=bool)]
+    batch = m["batch"].loc[~m["batch"]["known"].to_numpy(bool)]
+    # a randomised spec is judged against its seed twin: only those the corpus has one of
+    batch = batch.loc[np.array([all(R.has(rn.Job(i, n, b + "~batch")) and (not r or R.has(rn.Job(i, n, b + "~seed")))
+                                    for b in SPLIT_MODELS)
+                                for i, n, r in zip(batch["implementation"], batch["norm"], batch["randomised"])],
+                               dtype=bool)]
+    batch_det = batch.loc[~batch["randomised"].to_numpy(bool)]
     shift = m["shift"]
     known = np.array([(i, nm) in SHIFT_DEFECTS for i, nm in zip(shift["implementation"], shift["norm"])], dtype=bool)
     shift_det = shift.loc[~shift["randomised"].to_numpy(bool) & ~known]
@@ -82,6 +96,9 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
             "split": _keys(split),
             "split_worst": tuple(split.sort_values(["rate", "largest_rel"]).iloc[-1][["implementation", "norm"]])
             if len(split) else None,
+            "batch": _keys(batch),
+            "batch_worst": tuple(batch_det.sort_values(["rate", "largest_rel"]).iloc[-1][["implementation", "norm"]])
+            if len(batch_det) else None,
             "shift_det": _keys(shift_det),
             "shift_det_worst": tuple(shift_det.sort_values(["rate", "largest_rel"]).iloc[-1][["implementation", "norm"]])
             if len(shift_det) else None,
@@ -173,24 +190,34 @@ def report_checks(rng: np.random.Generator, n: int, m: int) -> dict:
     return out
 
 
-def twin_checks(rng: np.random.Generator, n: int, m: int) -> dict:
-    """One repetition of the twin rules on real twins: batch_dependence of a sound deterministic
-    attack (drawn, and the most-differing one), shift_sensitivity of a deterministic attack
-    (drawn, and the most-differing sound one) and of a randomised one beside its seed twin."""
+def _draw(rng: np.random.Generator, pool: list) -> tuple[str, str] | None:
+    return pool[rng.integers(len(pool))] if pool else None
+
+
+def twin_checks(rng: np.random.Generator, n: int, m: int, kind: str = "split") -> dict:
+    """One repetition of one twin rule on real twins (``kind``): batch_dependence of a sound
+    deterministic attack on the batch-split twin (drawn, and the most-differing one, ``split``),
+    or on the batch-composition twin (an attack not known to be batch-dependent, randomised or
+    not, drawn, and the most-differing deterministic one, ``batch``); shift_sensitivity of a
+    deterministic attack (drawn, and the most-differing sound one) and of a randomised one beside
+    its seed twin (``shift``)."""
     from attackaudit.fidelity import flags
     R, P = resampler(), pools()
-    split_models = [SHIFT_MODEL] if m == 1 else [b for b in SPLIT_MODELS]
-    roles = {"batch_dependence": P["split"][rng.integers(len(P["split"]))] if P["split"] else None,
-             "batch_dependence worst": P["split_worst"],
-             "shift_sensitivity": P["shift_det"][rng.integers(len(P["shift_det"]))] if P["shift_det"] else None,
-             "shift_sensitivity worst": P["shift_det_worst"],
-             "shift_sensitivity seeds": P["shift_rand"][rng.integers(len(P["shift_rand"]))] if P["shift_rand"] else None}
+    if kind == "split":
+        roles = {"batch_dependence": _draw(rng, P["split"]), "batch_dependence worst": P["split_worst"]}
+    elif kind == "batch":
+        roles = {"batch_dependence": _draw(rng, P["batch"]), "batch_dependence worst": P["batch_worst"]}
+    else:
+        roles = {"shift_sensitivity": _draw(rng, P["shift_det"]), "shift_sensitivity worst": P["shift_det_worst"],
+                 "shift_sensitivity seeds": _draw(rng, P["shift_rand"])}
     jobs: list[rn.Job] = []
     for key, v in roles.items():
         if v is None:
             continue
-        if key.startswith("batch"):
-            jobs += [rn.Job(*v, b + s) for b in split_models for s in ("", "~split")]
+        if kind in ("split", "batch"):
+            for b in SPLIT_MODELS:
+                # the seed twin where the corpus has one, as --metamorphic gives it (module docstring)
+                jobs += [rn.Job(*v, b + s) for s in ("", f"~{kind}", "~seed") if R.has(rn.Job(*v, b + s))]
         else:
             jobs += [rn.Job(*v, SHIFT_MODEL + s) for s in ("", "~shift") + (("~seed",) if key.endswith("seeds") else ())]
     jobs = list(dict.fromkeys(jobs))
@@ -223,12 +250,17 @@ NAMES = {
                "silent_failure weakest": ("silent_failure", "real weakest"),
                "eps_unused": ("eps_unused", "real fixed"), "out_of_ball": ("out_of_ball", "real fixed"),
                "label_bug (class)": ("label_bug (class)", "real report")},
-    "twins": {"batch_dependence": ("batch_dependence", "real split"),
-              "batch_dependence worst": ("batch_dependence", "real split, worst"),
-              "shift_sensitivity": ("shift_sensitivity", "real shift"),
+    "split": {"batch_dependence": ("batch_dependence", "real split"),
+              "batch_dependence worst": ("batch_dependence", "real split, worst")},
+    "batch": {"batch_dependence": ("batch_dependence", "real batch"),
+              "batch_dependence worst": ("batch_dependence", "real batch, worst")},
+    "shift": {"shift_sensitivity": ("shift_sensitivity", "real shift"),
               "shift_sensitivity worst": ("shift_sensitivity", "real shift, worst"),
               "shift_sensitivity seeds": ("shift_sensitivity", "real seeds")},
 }
+#: group names that stand for several groups (``twins``: the split and shift twins, as before the
+#: batch-composition twin had its own)
+ALIASES = {"twins": ("split", "shift")}
 #: (rule, scenario) cells of real noise that measure power
 POWER = frozenset({("tied (equivalence)", "real seeds"), ("tied (equivalence)", "real seeds, noisiest"),
                    ("trust exclusion", "real far20")})
@@ -241,13 +273,15 @@ def _run_group(group: str, rng: np.random.Generator, n: int, m: int, power: bool
         return pair_checks(rng, n, m, worst=True, power=False)
     if group == "report":
         return report_checks(rng, n, m)
-    return twin_checks(rng, n, m)
+    return twin_checks(rng, n, m, kind=group)
 
 
 def calibrate_real(reps: int, images: list[int], n_models: list[int], seed: int = 0,
                    groups: tuple[str, ...] = tuple(NAMES), power: bool = True) -> pd.DataFrame:
     """One row per (rule, scenario, images, models) of real noise: ``fired`` of ``reps``
-    repetitions where the null (or defect) was present (``evaluated``), and their ``rate``."""
+    repetitions where the null (or defect) was present (``evaluated``), and their ``rate``.
+    ``groups``: keys of ``NAMES`` or ``ALIASES``."""
+    groups = tuple(dict.fromkeys(g for name in groups for g in ALIASES.get(name, (name,))))
     rows = []
     for n in images:
         for m in n_models:
