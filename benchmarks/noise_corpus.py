@@ -2,21 +2,31 @@
 stored per image so that ``benchmarks/calibration.py`` resamples real noise for its nulls.
 
     .venv/bin/python benchmarks/noise_corpus.py [--samples 64] [--steps-scale 0.25] [--work runs/noise]
+        [--grids base split shift batch] [--models digits-mlp ...] [--merge] [--extract-only]
 
-Three grids on the same hashed subset of the digits test set (seed 0; subsets nest, so every
+Four grids on the same hashed subset of the digits test set (seed 0; subsets nest, so every
 grid attacks the same images):
 
 | grid | models | attacks | what it measures |
 |---|---|---|---|
-| ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec but the slowest (``SLOW``; the seed twins: the randomised ones only) | seed noise: each randomised spec with two seeds |
+| ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec but the slowest (``SLOW``; the seed twins: those ``needs_seed_twin`` gives one) | seed noise: each randomised spec with two seeds |
 | ``split`` | ``digits-mlp~split`` (the first 32 images) | the deterministic specs | batch against one image per call |
 | ``shift`` | ``digits-mlp~shift`` | every spec | the shift twin's float32 noise |
+| ``batch`` | ``digits-mlp~batch`` (64 images, reversed, half batches) | every spec | batch against another batch arrangement |
 
-The rows are kept with the columns the calibration and the fidelity rules read, one row per
-(model, spec, image), in ``benchmarks/noise/corpus.parquet`` (``model`` keeps its twin suffix).
-Rerunning resumes the grids in ``--work`` (the run directories are not kept in the repository)
-and rewrites the parquet; ``--extract-only`` only rewrites it from finished grids.
-The time it took and the settings are in ``benchmarks/noise/README.md``.
+The rows are kept with the columns the calibration and the fidelity rules read (``KEEP``), one
+row per (model, spec, image), in ``benchmarks/noise/corpus.parquet`` (``model`` keeps its twin
+suffix; ``grid`` names the grid). Rerunning resumes the grids in ``--work`` (the run directories
+are not kept in the repository) and rewrites the parquet; ``--extract-only`` only rewrites it from
+finished grids. ``--models`` restricts the grids run to those models (exact names, twin suffix
+included: ``digits-mlp`` is not ``digits-mlp~seed``); ``--merge`` keeps the stored parquet's rows of every (grid, model) not rerun and replaces those
+rerun, so one grid (or one model of one) is refreshed without the others' run directories.
+
+Times on the shared 2-core machine (seed 0, 64 images, 0.25 of the steps, budget 1000): base 35 min
+(three models; the machine shared by five sessions, load 5–8), split 125 s, shift 84 s (the first
+corpus); then, with ``best_margin``, ``rng_used`` and the other fallback columns kept, rerun and
+merged: split {split_s}, batch {batch_s}, base on ``digits-mlp`` only {base_s} (``--grids base
+--models digits-mlp``: the base rows the batch twins are judged against; its seed twin's rows kept). The settings and row counts are in fidelity/README.md, "Real noise".
 """
 from __future__ import annotations
 
@@ -32,6 +42,7 @@ OUT = HERE / "noise" / "corpus.parquet"
 MODELS = ["digits-mlp", "digits-cnn", "digits-cnn-at-linf"]
 SPLIT_MODELS = ["digits-mlp"]
 SHIFT_MODELS = ["digits-mlp"]
+BATCH_MODELS = ["digits-mlp"]
 #: images of the batch-split twins (the first ones of the subset: subsets nest)
 SPLIT_SAMPLES = 32
 #: deterministic specs left out for time: on the shared 2-core machine foolbox's Brendel-Bethge took
@@ -45,7 +56,13 @@ SLOW = frozenset({"foolbox/L0BrendelBethgeAttack/l0", "foolbox/L1BrendelBethgeAt
 KEEP = ["model", "sample", "label", "clean_correct", "library", "library_version", "attack", "implementation",
         "family", "norm", "kind", "budget", "forwards", "backwards", "refused", "best_distance",
         "returned_distance", "returned_adversarial", "status", "error", "wall_s", "returned_class",
-        "ball_calls", "ball_out", "ball_worst_ratio", "ball_worst_eps", "eps_fail_max", "eps_fail_ratio"]
+        "ball_calls", "ball_out", "ball_worst_ratio", "ball_worst_eps", "eps_fail_max", "eps_fail_ratio",
+        # attackaudit.results.schema FALLBACK_COLUMNS (absent in the first corpus's rows: NaN there):
+        # the batch twins' boundary exemption reads best_margin, their randomness test rng_used
+        "returned_fallback", "best_margin", "rng_used", "eps_success", "ball_mean_ratio"]
+#: the grids' categorical columns
+CATEGORIES = ("model", "library", "library_version", "attack", "implementation", "family", "norm", "kind",
+              "status", "grid")
 
 
 def _specs() -> tuple[list[str], list[str]]:
@@ -62,14 +79,15 @@ def _specs() -> tuple[list[str], list[str]]:
     return rand, det
 
 
-def grids(samples: int, steps_scale: float, budget: int, work: Path) -> dict[str, dict]:
-    """The run configs (``config.resolve`` flags) of the four grids."""
+def grids(samples: int, steps_scale: float, budget: int, work: Path, models: list[str] | None = None) -> dict[str, dict]:
+    """The run configs (``config.resolve`` flags) of the four grids; ``models``: only those models
+    (exact names; None: all)."""
     rand, det = _specs()
     # force: a grid whose attack list changed keeps the finished jobs it still has (job ids do not
     # depend on the list) and sets the others aside
     common = {"samples": samples, "steps_scale": steps_scale, "budget": budget, "seed": 0, "workers": 2,
               "quiet": True, "force": True}
-    return {
+    out = {
         "base": {**common, "out": str(work / "base"), "attacks": rand + det,
                  "models": MODELS + [m + "~seed" for m in MODELS]},
         # one image per call costs ~6x a batched job's CPU per image: the first SPLIT_SAMPLES images
@@ -77,7 +95,14 @@ def grids(samples: int, steps_scale: float, budget: int, work: Path) -> dict[str
                   "models": [m + "~split" for m in SPLIT_MODELS]},
         "shift": {**common, "out": str(work / "shift"), "attacks": rand + det,
                   "models": [m + "~shift" for m in SHIFT_MODELS]},
+        # every image in another arrangement (reversed, half batches): one job per spec, as on M
+        "batch": {**common, "out": str(work / "batch"), "attacks": rand + det,
+                  "models": [m + "~batch" for m in BATCH_MODELS]},
     }
+    if models is not None:
+        for flags in out.values():
+            flags["models"] = [m for m in flags["models"] if m in models]
+    return {name: flags for name, flags in out.items() if flags["models"]}
 
 
 def extract(work: Path, names: list[str]) -> pd.DataFrame:
@@ -88,12 +113,26 @@ def extract(work: Path, names: list[str]) -> pd.DataFrame:
     for name in names:
         rows = load_run(work / name)
         parts.append(rows.reindex(columns=KEEP).assign(grid=name))
-    t = pd.concat(parts, ignore_index=True)
+    return tidy(pd.concat(parts, ignore_index=True))
+
+
+def tidy(t: pd.DataFrame) -> pd.DataFrame:
+    """The stored form: ``KEEP`` and ``grid``, one-line errors, categorical labels."""
+    t = t.reindex(columns=[*KEEP, "grid"])
     t["error"] = t["error"].fillna("").astype(str).str.slice(0, 120)  # one line is enough to tell a cause
-    for col in ("model", "library", "library_version", "attack", "implementation", "family", "norm", "kind",
-                "status", "grid"):
-        t[col] = t[col].astype("category")
+    t["returned_fallback"] = t["returned_fallback"].fillna("").astype(str)
+    t["rng_used"] = t["rng_used"].astype("boolean")  # NA: a row of the first corpus, not measured
+    for col in CATEGORIES:
+        t[col] = t[col].astype(str).astype("category")
     return t
+
+
+def merge(stored: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``stored``'s rows of every (grid, model) that ``new`` lacks, then ``new``'s rows."""
+    rerun = set(zip(new["grid"].astype(str), new["model"].astype(str)))
+    keep = [(g, m) not in rerun for g, m in zip(stored["grid"].astype(str), stored["model"].astype(str))]
+    return tidy(pd.concat([stored.loc[keep].astype({c: str for c in CATEGORIES}),
+                           new.astype({c: str for c in CATEGORIES})], ignore_index=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps-scale", dest="steps_scale", type=float, default=0.25)
     ap.add_argument("--budget", type=int, default=1000)
     ap.add_argument("--work", default="runs/noise", help="where the grids' run directories go (resumable)")
-    ap.add_argument("--grids", nargs="+", default=["base", "split", "shift"])
+    ap.add_argument("--grids", nargs="+", default=["base", "split", "shift", "batch"])
+    ap.add_argument("--models", nargs="+", help="only these models (exact names, twin suffix included)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the stored parquet's rows of the (grid, model) pairs not rerun, replace the others")
     ap.add_argument("--extract-only", action="store_true")
     args = ap.parse_args(argv)
     work = Path(args.work)
@@ -110,21 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     from attackaudit.run.runner import run
 
     times = {}
+    configs = {k: v for k, v in grids(args.samples, args.steps_scale, args.budget, work, args.models).items()
+               if k in args.grids}
     if not args.extract_only:
-        for name, flags in grids(args.samples, args.steps_scale, args.budget, work).items():
-            if name not in args.grids:
-                continue
+        for name, flags in configs.items():
             start = time.perf_counter()
             summary = run(resolve(flags=flags))
             times[name] = round(time.perf_counter() - start, 1)
             with open(work / "times.jsonl", "a") as fh:
                 fh.write(json.dumps({"grid": name, "wall_s": times[name], "line": summary.line()}) + "\n")
             print(f"{name}: {summary.line()}", flush=True)
-    t = extract(work, args.grids)
+    t = extract(work, list(configs))
+    if args.models:  # a run directory may hold other models' jobs from an earlier, wider run
+        t = t[t["model"].astype(str).isin(args.models)]
+    if args.merge and OUT.is_file():
+        t = merge(pd.read_parquet(OUT), t)
     OUT.parent.mkdir(exist_ok=True)
     t.to_parquet(OUT, index=False, compression="zstd")
     meta = {"samples": args.samples, "steps_scale": args.steps_scale, "budget": args.budget, "seed": 0,
-            "grids": args.grids, "wall_s": times, "rows": len(t)}
+            "grids": list(configs), "models": args.models, "merge": args.merge, "wall_s": times, "rows": len(t)}
     print(json.dumps(meta))
     print(f"{len(t)} rows -> {OUT} ({OUT.stat().st_size / 1e6:.2f} MB)")
     return 0

@@ -57,6 +57,7 @@ class Member:
     estimate: float = float("nan")                       # per-image log(d_member / d_top), Hodges–Lehmann
     p_equivalent: float = float("nan")                   # TOST, Holm-adjusted over the members (NaN: top pick)
     images_to_decide: float = float("nan")               # inconclusive: images at which the test would decide
+    decision: str = ""                                   # what would decide it (fidelity.sample_size.decision_text)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -91,8 +92,12 @@ class Answer:
     @property
     def rerun(self) -> str:
         """What would decide an inconclusive verdict ("rerun with --samples N"), else ""."""
-        need = [m.images_to_decide for m in self.members[1:] if math.isfinite(m.images_to_decide)]
-        return f"rerun with --samples {max(need):.0f}" if self.verdict == "inconclusive" and need else ""
+        need = [m for m in self.members[1:] if math.isfinite(m.images_to_decide)]
+        if self.verdict != "inconclusive" or not need:
+            return ""
+        most = max(need, key=lambda m: m.images_to_decide)
+        # the recommendation's own words: "cannot be decided on this dataset" when it is too small
+        return most.decision or f"rerun with --samples {most.images_to_decide:.0f}"
 
 
 def _float(value: object, default: float = float("nan")) -> float:
@@ -132,7 +137,8 @@ def _members(row: dict) -> list[Member]:
         out.append(Member(str(m.get("implementation", "")), str(m.get("library_version", "") or ""),
                           _float(m.get("optimality")), _interval(m.get("optimality_ci")), str(m.get("answer") or ""),
                           _float(m.get("estimate")), _float(m.get("p_equivalent", m.get("p_adjusted"))),
-                          _float(m.get("images_to_decide", m.get("samples_to_separate")))))
+                          _float(m.get("images_to_decide", m.get("samples_to_separate"))),
+                          str(m.get("decision") or "")))
     return out
 
 

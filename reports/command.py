@@ -79,9 +79,11 @@ def compare_main(args: argparse.Namespace) -> int:
 
     run_a, run_b = Path(args.run_a), Path(args.run_b)
     table_a, _, _ = load_runs([run_a])
-    table_b, _, _ = load_runs([run_b])
+    table_b, manifests_b, _ = load_runs([run_b])
+    from attackaudit.results.store import dataset_images
     diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.05),
-                         min_delta=getattr(args, "min_delta", None), by_model=bool(getattr(args, "by_model", False)))
+                         min_delta=getattr(args, "min_delta", None), by_model=bool(getattr(args, "by_model", False)),
+                         dataset_images=dataset_images(manifests_b))
     out = Path(args.out) if getattr(args, "out", None) else run_b
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -96,8 +96,9 @@ def _against_top(member: dict, top: dict) -> str:
     if member.get("answer") == "equivalent":
         return f"equivalent to the top pick {name} (TOST Holm p = {_f(member.get('p_equivalent'), '.2g')})"
     need = member.get("images_to_decide")
-    rerun = f"rerun with --samples {_f(need, '.0f')}" if need is not None and math.isfinite(float(need)) else \
-        "more images would not decide it"
+    rerun = member.get("decision") or (f"rerun with --samples {_f(need, '.0f')}"
+                                       if need is not None and math.isfinite(float(need))
+                                       else "more images would not decide it")
     return f"neither shown different from nor equivalent to the top pick {name}: {rerun}"
 
 
@@ -121,7 +122,9 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
     from attackaudit import fidelity
     from .tables import sample_distances
 
-    table, _, _ = load_runs([Path(run)])
+    from attackaudit.results.store import dataset_images
+
+    table, manifests, _ = load_runs([Path(run)])
     impl = resolve_implementation(table["implementation"].astype(str).tolist(), implementation)
     rows = table[table["implementation"] == impl]
     norms = sorted(rows["norm"].astype(str).unique())
@@ -131,7 +134,7 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
         norms = [norm]
     flags = fidelity.flags(table)
     board = fidelity.leaderboard(table)
-    rec = fidelity.recommend(table, flags, board=board)
+    rec = fidelity.recommend(table, flags, board=board, dataset_images=dataset_images(manifests))
     local = fidelity.local_optimality(table)
     env = fidelity.envelope(table)
     dist = sample_distances(table)

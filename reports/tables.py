@@ -378,7 +378,10 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         flags_df = fidelity.flags(table, repeats)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
-    rec = fidelity.recommend(table, flags_df, board=board)
+    # an inconclusive verdict that needs more images than the dataset has says so (imported here:
+    # reading a run's report needs no torch until then)
+    from attackaudit.results.store import dataset_images
+    rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests))
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)
     marks = fidelity.flagged(flags_df)

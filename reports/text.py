@@ -253,8 +253,11 @@ def trust_text(row: dict, best_of_norm: dict[str, tuple[str, float]]) -> str:
         return f"{verdict}: {names}"
     if verdict == "inconclusive":
         need = as_float(row.get("images_to_decide"))
-        rerun = (f"rerun with --samples {need:.0f}" if need is not None and math.isfinite(need)
-                 else "more images would not decide it")
+        # the deciding member's own words ("cannot be decided on this dataset" where it is too small)
+        deciding = [m for m in row.get("trust_set") or [] if isinstance(m, dict) and m.get("decision")
+                    and as_float(m.get("images_to_decide")) == need]
+        rerun = (deciding[0]["decision"] if deciding else f"rerun with --samples {need:.0f}"
+                 if need is not None and math.isfinite(need) else "more images would not decide it")
         return f"inconclusive: {names}; {rerun}"
     if verdict == "only implementation":
         xi = as_float(row.get("optimality"))

@@ -178,13 +178,24 @@ def test_real_corpus_is_there_and_measured():
     assert len(m["seed"]) >= 8 and (m["seed"]["both_broke"] > 0).all()
     pools = real_nulls.pools()
     assert pools["seed"] and pools["not_best_worst"] and pools["fixed"]
+    # the batch twins' rows and the base rows they are judged against carry best_margin (the
+    # boundary exemption reads both sides), and the batch-composition twin has every base spec
+    mlp = c[c["base"] == "digits-mlp"]
+    for twin in ("", "split", "batch"):
+        assert mlp.loc[mlp["twin"] == twin, "best_margin"].notna().any(), twin
+    specs = lambda t: set(zip(mlp.loc[mlp["twin"] == t, "implementation"], mlp.loc[mlp["twin"] == t, "norm"]))  # noqa: E731
+    assert specs("batch") == specs("") and len(m["batch"]) == len(specs(""))
+    assert pools["batch"] and pools["batch_worst"] and pools["split"]
 
 
 def test_real_noise_fast_subset():
     """Two repetitions of every real-noise group at 16 images on one model (``make test``): each
     null may fire at most once (two of two has p = 0.0025 at α)."""
     res = real_nulls.calibrate_real(2, [16], [1], power=False)
-    assert REAL_OPEN <= set(zip(res["rule"], res["scenario"]))
+    cells = set(zip(res["rule"], res["scenario"]))
+    assert REAL_OPEN <= cells
+    assert {("batch_dependence", "real split"), ("batch_dependence", "real batch"),
+            ("batch_dependence", "real batch, worst")} <= cells
     assert {"pair", "report"} <= {g for g, names in real_nulls.NAMES.items()
                                   if any((r, s) in set(zip(res["rule"], res["scenario"])) for r, s in names.values())}
     _check_real(res, level=0.01)

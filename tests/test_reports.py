@@ -405,7 +405,7 @@ def test_inconclusive_trust_cell_names_the_images_that_would_decide():
     r = data.recommend.iloc[0]
     assert r["verdict"] == "inconclusive" and np.isfinite(r["images_to_decide"]) and r["images_to_decide"] > 12
     cell = recommendation_rows(data)["trust"].iloc[0]
-    assert cell == f"inconclusive: adv_lib/apgd, foolbox/LinfPGD; rerun with --samples {r['images_to_decide']:.0f}"
+    assert cell == f"inconclusive: adv_lib/apgd, foolbox/LinfPGD; rerun with --samples {r['images_to_decide']:.0f} (80% power)"
     found = answers(data)[0]
     assert found.verdict == "inconclusive" and found.members[1].answer == "inconclusive"
     # as the reader sees it (the flag and its value are kept on one line by a span)

@@ -215,9 +215,13 @@ def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, ep
     hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
     if len(hashes) > 1:
         raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
+    from attackaudit.results.store import read_manifest
+    from attackaudit.results.store import dataset_images
+
+    manifests = [m for m in (read_manifest(side.run_dir) for side in (a, b) if not side.empty) if m]
     diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta, eps=eps,
                          flags_a=flags_in_joint_context(table_a, table_b),
-                         flags_b=flags_in_joint_context(table_b, table_a))
+                         flags_b=flags_in_joint_context(table_b, table_a), dataset_images=dataset_images(manifests))
     return diff, next(iter(hashes), ""), (table_a, table_b)
 
 

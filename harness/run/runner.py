@@ -253,6 +253,8 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         say(note)
     from attackaudit.sources.model_checks import check_models
 
+    from attackaudit.sources.data import dataset_size
+
     model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
     if not config.quiet:
         for check in model_checks.values():
@@ -262,6 +264,8 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         "name": config.name, "config": identity, "library_versions": p.versions,
         "torch_version": torch.__version__, "python": platform.python_version(), "device": config.device,
         "seed": config.seed, "subset_hash": p.subset_hash, "dataset": config.dataset,
+        # how many images a rerun could draw: verdicts that need more say "cannot be decided here"
+        "dataset_images": dataset_size(config.dataset),
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
         "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat,
     })

@@ -75,6 +75,18 @@ def load_subset(dataset: str, size: int, seed: int) -> Subset:
     return Subset(dataset, indices, x, y, subset_hash(x, y))
 
 
+def dataset_size(dataset: str) -> int | None:
+    """How many images ``dataset`` (a source as ``load_subset`` takes it) has to draw a subset
+    from: the most a rerun with more ``--samples`` can attack. None when the source cannot be
+    opened now (a moved file): a verdict then says only how many images it needs."""
+    try:
+        if dataset == "digits":
+            return len(digits("test")[1])
+        return len(open_source(dataset))
+    except Exception:  # a size is a courtesy of the verdict text, never a reason to fail a report
+        return None
+
+
 def random_targets(labels: Tensor, num_classes: int, seed: int) -> Tensor:
     """Seeded target classes, each different from its sample's label."""
     g = torch.Generator().manual_seed(seed)
