@@ -83,15 +83,16 @@ def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
 def _pairs(t: pd.DataFrame) -> pd.DataFrame:
     """Rows of every twin joined to its base model's rows: base, twin, kind, norm, impl key,
     family, sample, best_distance (base), best_distance_twin."""
-    t = t.assign(**{c: t[c] if c in t.columns else v for c, v in (("best_margin", np.nan), ("rng_used", False))})
+    t = t.assign(**{c: t[c] if c in t.columns else v for c, v in (("best_margin", np.nan), ("rng_used", False),
+                                                                   ("returned_fallback", ""))})
     twins = t[t["model"].map(is_twin)]
-    cols = ["norm", *IMPL_KEY, "sample", "best_distance", "best_margin", "rng_used"]
+    cols = ["norm", *IMPL_KEY, "sample", "best_distance", "best_margin", "rng_used", "returned_fallback"]
     if twins.empty:
         return pd.DataFrame(columns=["base", "model", "kind", "family", *cols,
-                                     *[f"{c}_twin" for c in cols[-3:]]])
+                                     *[f"{c}_twin" for c in cols[-4:]]])
     twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
     base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
-    return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-3]],
+    return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-4]],
                                                                    suffixes=("_twin", ""))
 
 
@@ -101,6 +102,17 @@ def at_boundary(g: pd.DataFrame) -> np.ndarray:
     m = np.abs(pd.to_numeric(g["best_margin"], errors="coerce").to_numpy(float))
     mt = np.abs(pd.to_numeric(g["best_margin_twin"], errors="coerce").to_numpy(float))
     return (m <= BOUNDARY_MARGIN) | (mt <= BOUNDARY_MARGIN)
+
+
+def with_default_output(g: pd.DataFrame) -> np.ndarray:
+    """(n,) bool over a ``_pairs`` group: the attack returned a default output for the image on the
+    base or the twin (``returned_fallback``, the ``fallback_output`` evidence). Such an image's
+    result is the default's, not a search's, and whether the tracker credits it depends on how the
+    attack re-checks its outputs in that batch (foolbox's C&W L2 evaluates its all-zero default
+    itself, which counts alone and not where the default is shared): a batch twin would read the
+    harness's bookkeeping as the attack's batch dependence. ``fallback_output`` names the defect."""
+    words = lambda c: g[c].fillna("").astype(str).str.len().to_numpy() > 0  # noqa: E731
+    return words("returned_fallback") | words("returned_fallback_twin")
 
 
 def _farther_than_seed(base: np.ndarray, twin: np.ndarray, seed: np.ndarray, d: np.ndarray,
@@ -169,7 +181,7 @@ def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFram
                  else np.full(len(g), np.nan))
         keep = informative(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), s_all)
         if kind in BATCH_KINDS:
-            keep &= ~at_boundary(g)
+            keep &= ~at_boundary(g) & ~with_default_output(g)
         n_all, g, s_all = len(g), g[keep], s_all[keep]
         base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         d = differs(base, other, RTOL[kind])

@@ -188,6 +188,23 @@ def test_batch_rule_ignores_boundary_points_and_unmeasured_randomness():
     assert judge(_twin_table(D, off, far, far, rng=True, seed=D.copy()), ("batch",))["flagged"].all()
 
 
+def test_batch_rule_ignores_images_whose_output_was_a_default():
+    """foolbox's C&W L2 returns an all-zero image for the images it failed and evaluates it itself:
+    alone (one image per call) the tracker credits that query, in a batch the default is shared by
+    many images and is not: on the demo, 4 of 4 images "differed" between digits-mlp and its split
+    twin, the harness's bookkeeping of one default read as the attack's batch dependence. Images
+    with a default output on either side carry no batch evidence (fallback_output names them)."""
+    far = np.full(N, 0.1)
+    failed = np.where(np.arange(N) < 6, np.inf, D)  # the batch failed 6 images ...
+    alone = np.where(np.arange(N) < 6, 3.9, D)      # ... alone, the default was credited
+    assert judge(_twin_table(failed, alone, far, far), ("batch", "split"))["flagged"].all()
+    jobs = [job_rows("m", "lib/x", "l2", failed).assign(
+                best_margin=far, rng_used=False,
+                returned_fallback=np.where(np.arange(N) < 6, "all-zero image shared by 6 images", "")),
+            job_rows("m~batch", "lib/x", "l2", alone).assign(best_margin=far, rng_used=False, returned_fallback="")]
+    assert not judge(prepare(table(*jobs)), ("batch",))["flagged"].any()
+
+
 # ---------------------------------------------------------------- ε use in release audits
 def _eps_table(impl_rows: pd.DataFrame, version: str) -> pd.DataFrame:
     return impl_rows.assign(implementation="lib/pgd", library="lib", attack="pgd", library_version=version)
