@@ -25,9 +25,10 @@ rerun, so one grid (or one model of one) is refreshed without the others' run di
 Times on the shared 2-core machine (seed 0, 64 images, 0.25 of the steps, budget 1000): base 35 min
 (three models; the machine shared by five sessions, load 5–8), split 125 s, shift 84 s (the first
 corpus); then, with ``best_margin``, ``rng_used`` and the other fallback columns kept, rerun and
-merged: split {split_s}, batch {batch_s}, base on ``digits-mlp`` only {base_s} (``--grids base
---models digits-mlp``: the base rows the batch twins are judged against; its seed twin's rows kept). The settings and row counts are in fidelity/README.md, "Real noise".
-"""
+merged (load 2–3, another engineer's tests beside): split 387 s, batch 358 s, base on
+``digits-mlp`` only 187 s (``--grids base --models digits-mlp``: the base rows the batch twins
+are judged against; its seed twin's rows kept). The settings and row counts are in
+fidelity/README.md, "Real noise"."""
 from __future__ import annotations
 
 import argparse
