@@ -19,8 +19,9 @@ row per (model, spec, image), in ``benchmarks/noise/corpus.parquet`` (``model`` 
 suffix; ``grid`` names the grid). Rerunning resumes the grids in ``--work`` (the run directories
 are not kept in the repository) and rewrites the parquet; ``--extract-only`` only rewrites it from
 finished grids. ``--models`` restricts the grids run to those models (exact names, twin suffix
-included: ``digits-mlp`` is not ``digits-mlp~seed``); ``--merge`` keeps the stored parquet's rows of every (grid, model) not rerun and replaces those
-rerun, so one grid (or one model of one) is refreshed without the others' run directories.
+included: ``digits-mlp`` is not ``digits-mlp~seed``); ``--merge`` keeps the stored parquet's rows
+of every (grid, model) not rerun and replaces those rerun, so one grid (or one model of one) is
+refreshed without the others' run directories.
 
 Times on the shared 2-core machine (seed 0, 64 images, 0.25 of the steps, budget 1000): base 35 min
 (three models; the machine shared by five sessions, load 5–8), split 125 s, shift 84 s (the first
@@ -80,7 +81,8 @@ def _specs() -> tuple[list[str], list[str]]:
     return rand, det
 
 
-def grids(samples: int, steps_scale: float, budget: int, work: Path, models: list[str] | None = None) -> dict[str, dict]:
+def grids(samples: int, steps_scale: float, budget: int, work: Path,
+          models: list[str] | None = None) -> dict[str, dict]:
     """The run configs (``config.resolve`` flags) of the four grids; ``models``: only those models
     (exact names; None: all)."""
     rand, det = _specs()

@@ -69,10 +69,10 @@ def load(path: Path = CORPUS) -> pd.DataFrame:
 
 # ------------------------------------------------------------------ measurements
 def _wide(c: pd.DataFrame, twin: str, value: str = "best_distance") -> pd.DataFrame:
-    """(base, implementation, norm, sample) → value (and ``best_margin``, NaN where the corpus's
-    rows predate it) on the base model and on its ``twin``."""
+    """(base, implementation, norm, sample) → value (and ``best_margin``, ``returned_fallback``:
+    NaN where the corpus's rows predate them) on the base model and on its ``twin``."""
     key = ["base", "implementation", "norm", "sample"]
-    cols = [value, "status"] + (["best_margin"] if "best_margin" in c.columns and value != "best_margin" else [])
+    cols = [value, "status"] + [x for x in ("best_margin", "returned_fallback") if x in c.columns and x != value]
     a = c[c["twin"] == ""].set_index(key)[cols]
     b = c[c["twin"] == twin].set_index(key)[cols]
     return a.join(b, how="inner", lsuffix="_a", rsuffix="_b").reset_index()
@@ -137,9 +137,11 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
     "batch" or "shift") differs from the base model's (success, or beyond the rule's tolerance),
     pooled over the models that have the twin, the largest relative difference, and the rate's UCB.
     On the batch twins (split, batch) ``at_boundary`` counts the differing images whose best sits
-    at an exact decision boundary on either side (``twins.BOUNDARY_MARGIN``, as the rule leaves
-    them out; an old row without ``best_margin`` is not at one) and ``beyond`` the others; with a
-    seed twin, ``seed_differ`` counts the images where the two seeds differ (NaN without one)."""
+    at an exact decision boundary on either side (``twins.BOUNDARY_MARGIN``; an old row without
+    ``best_margin`` is not at one), ``default_output`` the others whose returned output was a
+    default on either side (``returned_fallback``), as the rule leaves both out, and ``beyond`` the
+    rest (on the shift twin: every differing image); with a seed twin, ``seed_differ`` counts the
+    images where the two seeds differ (NaN without one)."""
     from attackaudit.fidelity.twins import BOUNDARY_MARGIN
     from attackaudit.sources.twins import RANDOMISED_BUILTINS as rand
     rtol = SHIFT_RTOL if twin == "shift" else SPLIT_RTOL
@@ -153,21 +155,25 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
         d = _differs(a, b, rtol)
         both = np.isfinite(a) & np.isfinite(b)
         rel = np.abs(a[both] - b[both]) / np.maximum(a[both], b[both])
-        if "best_margin_a" in g.columns:
+        edge, default = np.zeros(len(g), bool), np.zeros(len(g), bool)
+        if twin != "shift" and "best_margin_a" in g.columns:
             edge = ((np.abs(g["best_margin_a"].to_numpy(float)) <= BOUNDARY_MARGIN)
                     | (np.abs(g["best_margin_b"].to_numpy(float)) <= BOUNDARY_MARGIN))
-        else:
-            edge = np.zeros(len(g), bool)
+        if twin != "shift" and "returned_fallback_a" in g.columns:
+            default = ((g["returned_fallback_a"].fillna("").astype(str).str.len() > 0).to_numpy()
+                       | (g["returned_fallback_b"].fillna("").astype(str).str.len() > 0).to_numpy()) & ~edge
         s = seed.reindex(pd.MultiIndex.from_frame(g[["base", "implementation", "norm", "sample"]])).to_numpy(float)
         has_seed = bool((~np.isnan(s)).any())
         rows.append({"implementation": impl, "norm": norm, "randomised": impl in rand, "images": len(g),
                      "differ": int(d.sum()), "rate": float(d.mean()), "ucb": ucb(int(d.sum()), len(g)),
                      "largest_rel": float(rel.max()) if rel.size else 0.0,
-                     "at_boundary": int((d & edge).sum()), "beyond": int((d & ~edge).sum()),
+                     "at_boundary": int((d & edge).sum()), "default_output": int((d & default).sum()),
+                     "beyond": int((d & ~edge & ~default).sum()),
                      "seed_differ": int(_differs(a, s, SPLIT_RTOL)[~np.isnan(s)].sum()) if has_seed else np.nan,
                      "known": (impl, norm) in KNOWN_DEFECTS["batch_dependence"] if twin != "shift" else False})
     return pd.DataFrame(rows, columns=["implementation", "norm", "randomised", "images", "differ", "rate", "ucb",
-                                       "largest_rel", "at_boundary", "beyond", "seed_differ", "known"])
+                                       "largest_rel", "at_boundary", "default_output", "beyond", "seed_differ",
+                                       "known"])
 
 
 def measure(c: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -111,7 +111,7 @@ def with_default_output(g: pd.DataFrame) -> np.ndarray:
     attack re-checks its outputs in that batch (foolbox's C&W L2 evaluates its all-zero default
     itself, which counts alone and not where the default is shared): a batch twin would read the
     harness's bookkeeping as the attack's batch dependence. ``fallback_output`` names the defect."""
-    words = lambda c: g[c].fillna("").astype(str).str.len().to_numpy() > 0  # noqa: E731
+    words = lambda c: (g[c].notna() & (g[c].astype(str).str.len() > 0)).to_numpy()  # noqa: E731
     return words("returned_fallback") | words("returned_fallback_twin")
 
 

@@ -183,8 +183,8 @@ def test_real_corpus_is_there_and_measured():
     mlp = c[c["base"] == "digits-mlp"]
     for twin in ("", "split", "batch"):
         assert mlp.loc[mlp["twin"] == twin, "best_margin"].notna().any(), twin
-    specs = lambda t: set(zip(mlp.loc[mlp["twin"] == t, "implementation"], mlp.loc[mlp["twin"] == t, "norm"]))  # noqa: E731
-    assert specs("batch") == specs("") and len(m["batch"]) == len(specs(""))
+    specs = {t: set(zip(g["implementation"], g["norm"])) for t, g in mlp.groupby("twin")}
+    assert specs["batch"] == specs[""] and len(m["batch"]) == len(specs[""])
     assert pools["batch"] and pools["batch_worst"] and pools["split"]
 
 

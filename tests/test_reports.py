@@ -495,3 +495,25 @@ def test_a_split_twin_on_the_first_images_merges_and_one_outside_does_not():
     other = pd.concat([rows("m", range(16), "h16"), rows("n", range(16), "other")])
     with pytest.raises(ValueError, match="differ in subset"):
         _check_mergeable([Path("r")], [other])
+
+
+def test_a_normal_report_prints_no_warning(tmp_path):
+    """Issue 39: a report of an ordinary run (with the metamorphic twins, failures on both seeds
+    and on the twins) writes no Python warning: the demo's printed NumPy's "invalid value in
+    subtract" (inf − inf between seeds) until the seed-twin table masked before subtracting."""
+    import warnings
+
+    n = 10
+    base = _base(n, 0)
+    failing = np.where(np.arange(n) >= 7, np.inf, base)  # the last 3 images broken by no seed
+    jobs = []
+    for model in ("m-mlp", "m-mlp~seed", "m-mlp~shift", "m-mlp~perm", "m-mlp~batch"):
+        jobs.append(job_rows(model, "adv_lib/apgd", "linf", failing, family="apgd", library_version="0.2.8",
+                             kind="fixed"))
+        jobs.append(job_rows(model, "torchattacks/PGD", "linf", failing * 1.02, family="pgd", library_version="3.5.1",
+                             kind="fixed"))
+    run = store_run(tmp_path / "run", table(*jobs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = write_report([run])
+    assert written
