@@ -44,8 +44,11 @@ KNOWN_DEFECTS: dict[str, frozenset[tuple[str, str]]] = {
                                 ("art/CarliniL2Method", "l2"), ("torchattacks/SparseFool", "l1"),
                                 ("torchattacks/JSMA", "l0"), ("art/SaliencyMapMethod", "l0")}),
     # a step or stopping rule over the batch (README "Defects": EAD's summed loss, cleverhans' mean CE)
+    # and torchattacks' CW, whose early stop reads the batch's summed cost (defect corpus:
+    # torchattacks-cw-batch-early-stop)
     "batch_dependence": frozenset({("foolbox/EADAttack", "l1"), ("torchattacks/EADL1", "l1"),
-                                   ("torchattacks/EADEN", "l1"), ("cleverhans/fast_gradient_method", "l2")}),
+                                   ("torchattacks/EADEN", "l1"), ("cleverhans/fast_gradient_method", "l2"),
+                                   ("torchattacks/CW", "l2")}),
     # an L1 step on pixels the box clips (README "Defects", eps_unused)
     "eps_unused": frozenset({("art/FastGradientMethod", "l1"), ("art/ProjectedGradientDescent", "l1")}),
 }

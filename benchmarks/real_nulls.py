@@ -91,7 +91,13 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
     batch_det = batch.loc[~batch["randomised"].to_numpy(bool)]
     shift = m["shift"]
     known = np.array([(i, nm) in SHIFT_DEFECTS for i, nm in zip(shift["implementation"], shift["norm"])], dtype=bool)
-    shift_det = shift.loc[~shift["randomised"].to_numpy(bool) & ~known]
+    # a family the shift rule exempts (JSMA) is never judged on the twin: drawing it, or naming it
+    # the worst, would measure nothing
+    from attackaudit.fidelity.twins import EXEMPT
+
+    family = c.drop_duplicates("implementation").set_index("implementation")["family"].astype(str)
+    exempt = shift["implementation"].map(family).isin(EXEMPT["shift"]).to_numpy(bool)
+    shift_det = shift.loc[~shift["randomised"].to_numpy(bool) & ~known & ~exempt]
     shift_rand = shift.loc[shift["randomised"].to_numpy(bool)]
     return {"measure": m, "seed": seed_pool, "seed_worst": worst_seed, "not_best_worst": nb_worst,
             "weakest": weakest, "strongest": strongest, "fixed": fixed_pool,

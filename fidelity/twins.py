@@ -55,12 +55,16 @@ FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity", "split": "batch_de
            "batch": "batch_dependence"}
 EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"}), "split": frozenset(), "batch": frozenset()}
 MIN_IMAGES = {"perm": 2, "shift": 1, "split": 2, "batch": 2}
-#: batch twins (split, batch): an image whose best sits at an exact decision boundary on either
-#: side (``best_margin``, the success margin over the largest |logit|, at most this) is left out:
-#: which side of the boundary float rounding puts it depends on the summation order, i.e. on the
-#: batch (ART's DeepFool steps exactly onto the boundary of a ReLU network and overshoots after)
+#: batch and shift twins: an image whose best sits at an exact decision boundary on either side
+#: (``best_margin``, the success margin over the largest |logit|, at most this) is left out:
+#: which side of the boundary float rounding puts it depends on the summation order (the batch)
+#: and on the logits' offset (the shift twin's float32 log-softmax): ART's DeepFool steps exactly
+#: onto the boundary of a ReLU network and overshoots after; torchattacks' DeepFool's bests on
+#: digits-mlp succeed on one twin and not the other on 7 of 63 images of the noise corpus. The
+#: perm twin permutes floats exactly: nothing rounds differently there
 BOUNDARY_MARGIN = 1e-5
 BATCH_KINDS = frozenset({"split", "batch"})
+BOUNDARY_KINDS = BATCH_KINDS | {"shift"}
 WHAT = {"perm": "same network with its classes renamed, labels and targets mapped alike: the result depends on "
                 "class indices, i.e. on how the attack handles labels",
         "shift": "same decisions, logits shifted per sample",
@@ -180,8 +184,10 @@ def judge(t: pd.DataFrame, kinds: Iterable[str] = tuple(FLAG_OF)) -> pd.DataFram
         s_all = (floor.reindex(g["sample"].to_numpy()).to_numpy(float) if floor is not None
                  else np.full(len(g), np.nan))
         keep = informative(g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy(), s_all)
+        if kind in BOUNDARY_KINDS:
+            keep &= ~at_boundary(g)
         if kind in BATCH_KINDS:
-            keep &= ~at_boundary(g) & ~with_default_output(g)
+            keep &= ~with_default_output(g)
         n_all, g, s_all = len(g), g[keep], s_all[keep]
         base, other = g["best_distance"].to_numpy(), g["best_distance_twin"].to_numpy()
         d = differs(base, other, RTOL[kind])
