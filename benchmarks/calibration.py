@@ -245,8 +245,9 @@ SOUND_FIXED_NOT_BEST = 0.107
 def _job_flag(t: pd.DataFrame, rule: str, impl: str = "x/a") -> bool:
     """Whether the per-job rules of flags.py (facts, ``last_not_best``, ``silent_failure``) give
     ``rule`` to ``impl`` in the prepared table ``t``."""
-    from attackaudit.fidelity.flags import _per_job, _with_envelope
-    return any(f["flag"] == rule and f["implementation"] == impl for f in _per_job(_with_envelope(t)))
+    from attackaudit.fidelity._table import with_envelope
+    from attackaudit.fidelity.flags import _per_job
+    return any(f["flag"] == rule and f["implementation"] == impl for f in _per_job(with_envelope(t)))
 
 
 def _not_best(rng: np.random.Generator, sound: np.ndarray, models: list[str], kind: str, rate: float) -> bool:

@@ -166,3 +166,27 @@ def sample_list(samples: object, limit: int = 6) -> str:
            else str(s) for s in list(samples)]
     head = ", ".join(ids[:limit])
     return head + (f", … (+{len(ids) - limit})" if len(ids) > limit else "")
+
+
+#: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
+#: selections cheap on demo-size tables)
+ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "kind", "status", "error", "refused", "budget", "forwards",
+               "backwards", "best_distance", "returned_distance"]
+
+
+def with_envelope(t: pd.DataFrame) -> pd.DataFrame:
+    """The slim rows of a prepared table with ``d_star`` (the envelope over every implementation),
+    ``live`` and ``d_star_family`` (the envelope of the row's own family)."""
+    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
+    slim = t[[c for c in ROW_COLUMNS if c in t.columns]]
+    slim = slim.assign(**{c: slim[c].astype(object) for c in ("status", "error", "family", "kind")
+                          if c in slim.columns})
+    rows = slim.merge(d_star, on=SAMPLE_KEY, how="left")
+    rows["live"] = rows["d_star"] > 0
+    # the images its own family broke: what silent_failure judges an implementation against, so
+    # that no implementation of another family can move it (issue 36's families fixed in advance)
+    own = [long_distances(sub)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY).assign(family=family)
+           for family, sub in t.groupby("family", sort=False)]
+    own = (pd.concat(own, ignore_index=True) if own else pd.DataFrame(columns=[*SAMPLE_KEY, "d_star", "family"]))
+    rows = rows.merge(own.rename(columns={"d_star": "d_star_family"}), on=[*SAMPLE_KEY, "family"], how="left")
+    return rows

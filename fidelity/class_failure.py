@@ -1,12 +1,15 @@
 """Class-conditional failure: label evidence without a twin (fidelity/README.md, "Flags").
 
 Counted in images, not image × model: an image is *failed* by an implementation when, on every
-real model where another implementation broke it, this one did not (and its row there is ``ok``).
-A class is tested when at least ``CLASS_MIN_IMAGES`` of its images were broken by others.
+real model where another implementation of its family broke it, this one did not (and its row
+there is ``ok``). A class is tested when at least ``CLASS_MIN_IMAGES`` of its images were broken
+by the others. Only the implementation's own family (same family and norm) is read, so that no
+implementation of another family, added to a run or left out, moves the verdict (issue 36); a
+sole implementation of its family is not judged here (the perm twin still is its label evidence).
 
 The null is a weak but correct attack, whose failures follow difficulty. Each image's difficulty
-is how far the other implementations had to go: the mean over them and the models of the
-percentile of their distance among the model's images (a failure is the hardest). The chance
+is how far the other implementations of its family had to go: the mean over them and the models
+of the percentile of their distance among the model's images (a failure is the hardest). The chance
 that the attack fails image i is estimated from the images of the *other* classes at least as
 hard as i (their failure rate, with a half-count so that few comparable images do not give 0);
 the chance that it fails every image of class c is the product over c's images. Holm over the
@@ -30,7 +33,8 @@ LABEL_BUG_BUDGET_FRACTION = 0.95
 
 
 def _difficulty(rows: pd.DataFrame, impl: tuple[str, str]) -> pd.Series:
-    """Per image: mean percentile (within its model) of the other implementations' distances."""
+    """Per image: mean percentile (within its model) of the other implementations' distances
+    (``rows``: its family's)."""
     others = rows[(rows["implementation"] != impl[0]) | (rows["library_version"] != impl[1])]
     pct = others.groupby(["model", *IMPL_KEY])["best_distance"].rank(pct=True, method="average")
     return pct.groupby(others["sample"]).mean()
@@ -44,7 +48,8 @@ def _judge_one(rows: pd.DataFrame, g: pd.DataFrame) -> dict | None:
     fails = ~per_image["broke"]
     if not fails.any() or fails.all():
         return None  # it must break other classes: failing everywhere is weakness, not a class
-    hard = _difficulty(rows[rows["live"] & np.isfinite(rows["d_star"])], impl).reindex(per_image.index).fillna(1.0)
+    hard = _difficulty(rows[rows["live"] & np.isfinite(rows["d_star_family"])], impl)
+    hard = hard.reindex(per_image.index).fillna(1.0)
     classes, sizes = np.unique(per_image["label"], return_counts=True)
     tested = [c for c, s in zip(classes, sizes) if s >= CLASS_MIN_IMAGES]
     if not tested:
@@ -71,18 +76,25 @@ def _judge_one(rows: pd.DataFrame, g: pd.DataFrame) -> dict | None:
 
 def judge(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (norm, implementation): the class judged, its p (Holm over its classes; ``q`` repeats it:
-    the implementation is its own family), whether it is a finding. ``rows``: prepared rows with ``d_star`` and ``live``."""
+    the implementation is its own family), whether it is a finding. ``rows``: prepared rows with
+    ``d_star_family`` (the envelope of the row's family, ``_table.with_envelope``) and ``live``."""
     cols = ["norm", *IMPL_KEY, "class", "p", "q", "flagged", "all_failed", "evidence"]
     if "label" not in rows.columns:
         return pd.DataFrame(columns=cols)
-    target = rows[~rows["model"].map(is_twin) & rows["live"] & np.isfinite(rows["d_star"])]
+    if "d_star_family" not in rows.columns:
+        return pd.DataFrame(columns=cols)
+    # the images the implementation's family broke; the family's rows give the difficulty
+    target = rows[~rows["model"].map(is_twin) & rows["live"] & np.isfinite(rows["d_star_family"])]
     target = target.assign(broke=np.isfinite(target["best_distance"]) & (target["status"] == "ok"),
                            queries=target["forwards"] + target["backwards"])
     out = []
     for (norm, impl, version), g in target.groupby(["norm", *IMPL_KEY], sort=True):
         if (g["status"] != "ok").all():
             continue
-        res = _judge_one(target[target["norm"] == norm], g[g["status"] == "ok"])
+        family = target[(target["norm"] == norm) & (target["family"] == g["family"].iat[0])]
+        if family[IMPL_KEY].drop_duplicates().shape[0] < 2:
+            continue  # no other implementation of its family: nothing to compare its classes with
+        res = _judge_one(family, g[g["status"] == "ok"])
         if res is not None and res["all_failed"]:
             out.append({"norm": norm, "implementation": impl, "library_version": version, **res})
     if not out:
@@ -95,7 +107,7 @@ def judge(rows: pd.DataFrame) -> pd.DataFrame:
     df["flagged"] = (df["q"] < ALPHA) & stopped_early
     df["evidence"] = [
         f"class-conditional failure: broke none of the {r.size} images of class {r['class']} that other implementations "
-        f"broke (over {r.n_models} models; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
+        f"of its family broke (over {r.n_models} models; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
         f"of the other classes; the chance that a correct attack whose failures follow difficulty fails them all: "
         f"p = {r.p:.2g} (Holm over {r.n_classes} classes)"
         for _, r in df.iterrows()]
@@ -123,12 +135,9 @@ def _notes(j: pd.DataFrame) -> list[dict]:
 
 def judge_table(table: pd.DataFrame) -> pd.DataFrame:
     """``judge`` of a raw result table (prepared here, with its envelope)."""
-    from ._table import SAMPLE_KEY, long_distances, prepare
+    from ._table import prepare, with_envelope
 
-    t = prepare(table)
-    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
-    rows = t.merge(d_star, on=SAMPLE_KEY, how="left")
-    return judge(rows.assign(live=rows["d_star"] > 0))
+    return judge(with_envelope(prepare(table)))
 
 
 def class_notes_of(table: pd.DataFrame) -> list[dict]:

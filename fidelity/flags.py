@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ._table import (IMPL_KEY, JOB_KEY, SAMPLE_KEY, base_of, impl_meta, is_twin, long_distances, prepare,
-                     sample_list, twin_kind, without_twins)
+from ._table import (IMPL_KEY, JOB_KEY, base_of, impl_meta, is_twin, prepare,
+                     sample_list, twin_kind, with_envelope, without_twins)
 from attackaudit.results.schema import OUT_OF_BOX_ERROR
 from .alignment import pairwise
 from .class_failure import class_findings
@@ -215,28 +215,6 @@ def _per_job(rows: pd.DataFrame) -> list[dict]:
     return out
 
 
-#: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
-#: selections cheap on demo-size tables)
-_ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "kind", "status", "error", "refused", "budget", "forwards",
-                "backwards", "best_distance", "returned_distance"]
-
-
-def _with_envelope(t: pd.DataFrame) -> pd.DataFrame:
-    d_star = long_distances(t)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY)
-    slim = t[[c for c in _ROW_COLUMNS if c in t.columns]]
-    slim = slim.assign(**{c: slim[c].astype(object) for c in ("status", "error", "family", "kind")
-                          if c in slim.columns})
-    rows = slim.merge(d_star, on=SAMPLE_KEY, how="left")
-    rows["live"] = rows["d_star"] > 0
-    # the images its own family broke: what silent_failure judges an implementation against, so
-    # that no implementation of another family can move it (issue 36's families fixed in advance)
-    own = [long_distances(sub)[SAMPLE_KEY + ["d_star"]].drop_duplicates(SAMPLE_KEY).assign(family=family)
-           for family, sub in t.groupby("family", sort=False)]
-    own = (pd.concat(own, ignore_index=True) if own else pd.DataFrame(columns=[*SAMPLE_KEY, "d_star", "family"]))
-    rows = rows.merge(own.rename(columns={"d_star": "d_star_family"}), on=[*SAMPLE_KEY, "family"], how="left")
-    return rows
-
-
 def _disagree(a: pd.Series, b: pd.Series, rtol: float) -> pd.Series:
     fa, fb = np.isfinite(a), np.isfinite(b)
     both = fa & fb
@@ -369,7 +347,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     t = prepare(table)
     if t.empty:  # no rows, no findings (a run whose jobs all were skipped, or a filtered table)
         return pd.DataFrame(columns=FLAG_COLUMNS)
-    rows = _with_envelope(t)
+    rows = with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
              + strength_flags(real, eps_max) + defect_findings(t) + known_defect_findings(t))

@@ -17,6 +17,7 @@ import pandas as pd
 
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
+from attackaudit.results.store import dataset_images
 from .seed_twins import seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
@@ -378,9 +379,6 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         flags_df = fidelity.flags(table, repeats)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
-    # an inconclusive verdict that needs more images than the dataset has says so (imported here:
-    # reading a run's report needs no torch until then)
-    from attackaudit.results.store import dataset_images
     rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests))
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)

@@ -200,7 +200,8 @@ def _classes(n_models: int = 2, dead: int = 3, queries: float = 40, rate: float 
         labels = np.arange(D.size) % 10
         best[(labels == dead) & (D > 0)] = INF
         q = np.where(np.isfinite(best), 500, queries / 2)
-        jobs += [healthy(model=m), job_rows(m, "b/cc", "l2", best * rate, family="pgd", forwards=q, backwards=q)]
+        jobs += [healthy(model=m, family="pgd"),
+                 job_rows(m, "b/cc", "l2", best * rate, family="pgd", forwards=q, backwards=q)]
     return table(*jobs)
 
 
@@ -220,6 +221,18 @@ def test_label_bug_from_class_conditional_failure():
     assert ("b/cc", "label_bug") not in got
     # failures that ran out of budget on that class are weakness
     got, _ = found(_classes(queries=2000))
+    assert ("b/cc", "label_bug") not in got
+
+
+def test_class_conditional_failure_is_judged_within_the_family():
+    """Issue 36: the class rule reads only the implementation's own family. The same class-3
+    failure beside an implementation of another family is not judged (a sole implementation of
+    its family has nothing to compare its classes with); beside its own sibling it is a label bug."""
+    t = _classes()
+    got, _ = found(t)
+    assert ("b/cc", "label_bug") in got
+    other = t.assign(family=np.where(t["implementation"] == "b/cc", "pgd", "fmn"))
+    got, _ = found(other)
     assert ("b/cc", "label_bug") not in got
 
 

@@ -178,9 +178,7 @@ def run_side(side: Side, base, library: str, echo) -> None:
 
 def _table(side: Side, columns):
     import pandas as pd
-
     from attackaudit.reports.run_files import load_runs
-
     if side.empty:
         return pd.DataFrame(columns=columns)
     table, manifests, _ = load_runs([side.run_dir])
@@ -206,22 +204,19 @@ def prepare_side(release: Release | str, installed: str, dist: str, library: str
 
 
 def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, eps: dict[str, float] | None = None):
-    """``fidelity.diff`` of two finished sides, the subset hash both attacked and the two result
-    tables (the audit page's per-image evidence)."""
+    """``fidelity.diff`` of two finished sides, their subset hash and result tables (the evidence)."""
     from attackaudit import fidelity
     from attackaudit.results.schema import ROW_COLUMNS
+    from attackaudit.results.store import dataset_images, read_manifest
 
     table_a, table_b = _table(a, ROW_COLUMNS), _table(b, ROW_COLUMNS)
     hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
     if len(hashes) > 1:
         raise RuntimeError(f"the two runs attacked different subsets ({', '.join(sorted(hashes))})")
-    from attackaudit.results.store import read_manifest
-    from attackaudit.results.store import dataset_images
-
-    manifests = [m for m in (read_manifest(side.run_dir) for side in (a, b) if not side.empty) if m]
     diff = fidelity.diff(table_a, table_b, alpha=alpha, min_delta=min_delta, eps=eps,
                          flags_a=flags_in_joint_context(table_a, table_b),
-                         flags_b=flags_in_joint_context(table_b, table_a), dataset_images=dataset_images(manifests))
+                         flags_b=flags_in_joint_context(table_b, table_a),
+                         dataset_images=dataset_images([read_manifest(s.run_dir) or {} for s in (a, b) if not s.empty]))
     return diff, next(iter(hashes), ""), (table_a, table_b)
 
 
