@@ -139,13 +139,13 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
     """Per implementation and norm: the live images whose best distance on the ``twin`` ("split",
     "batch" or "shift") differs from the base model's (success, or beyond the rule's tolerance),
     pooled over the models that have the twin, the largest relative difference, and the rate's UCB.
-    On the batch twins (split, batch) ``at_boundary`` counts the differing images whose best sits
-    at an exact decision boundary on either side (``twins.BOUNDARY_MARGIN``; an old row without
-    ``best_margin`` is not at one), ``default_output`` the others whose returned output was a
-    default on either side (``returned_fallback``), as the rule leaves both out, and ``beyond`` the
-    rest (on the shift twin: every differing image); with a seed twin, ``seed_differ`` counts the
+    ``at_boundary`` counts the differing images whose best sits at an exact decision boundary on
+    either side (``twins.at_boundary``, on the twins of ``twins.BOUNDARY_KINDS``: shift, split,
+    batch; an old row without ``best_margin`` is not at one), ``default_output`` the others whose
+    returned output was a default on either side (``twins.with_default_output``, batch twins only),
+    as the rule leaves both out, and ``beyond`` the rest; with a seed twin, ``seed_differ`` counts the
     images where the two seeds differ (NaN without one)."""
-    from attackaudit.fidelity.twins import BOUNDARY_MARGIN
+    from attackaudit.fidelity.twins import BATCH_KINDS, BOUNDARY_KINDS, at_boundary, with_default_output
     from attackaudit.sources.twins import RANDOMISED_BUILTINS as rand
     rtol = SHIFT_RTOL if twin == "shift" else SPLIT_RTOL
     w = _wide(c, twin)
@@ -158,13 +158,14 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
         d = _differs(a, b, rtol)
         both = np.isfinite(a) & np.isfinite(b)
         rel = np.abs(a[both] - b[both]) / np.maximum(a[both], b[both])
+        # the rule's own exemptions (fidelity/twins.py), read on the base (_a) and twin (_b) columns
+        pair = g.rename(columns={f"{c}_a": c for c in ("best_margin", "returned_fallback")}
+                        | {f"{c}_b": f"{c}_twin" for c in ("best_margin", "returned_fallback")})
         edge, default = np.zeros(len(g), bool), np.zeros(len(g), bool)
-        if twin != "shift" and "best_margin_a" in g.columns:
-            edge = ((np.abs(g["best_margin_a"].to_numpy(float)) <= BOUNDARY_MARGIN)
-                    | (np.abs(g["best_margin_b"].to_numpy(float)) <= BOUNDARY_MARGIN))
-        if twin != "shift" and "returned_fallback_a" in g.columns:
-            default = ((g["returned_fallback_a"].fillna("").astype(str).str.len() > 0).to_numpy()
-                       | (g["returned_fallback_b"].fillna("").astype(str).str.len() > 0).to_numpy()) & ~edge
+        if twin in BOUNDARY_KINDS and "best_margin_a" in g.columns:
+            edge = at_boundary(pair)
+        if twin in BATCH_KINDS and "returned_fallback_a" in g.columns:
+            default = with_default_output(pair) & ~edge
         s = seed.reindex(pd.MultiIndex.from_frame(g[["base", "implementation", "norm", "sample"]])).to_numpy(float)
         has_seed = bool((~np.isnan(s)).any())
         rows.append({"implementation": impl, "norm": norm, "randomised": impl in rand, "images": len(g),

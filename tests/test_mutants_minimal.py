@@ -96,10 +96,12 @@ def test_the_search_doubles_then_bisects_to_the_minimal_eps(per_sample_eps):
     assert record.success_eps.tolist() == pytest.approx(found.tolist()) and (record.calls > 4).all()
 
 
-def test_the_search_leaves_clean_adversarial_samples_and_stops_at_the_budget():
-    x = images([0.2] * 4, [0.7] * 4)  # image 1 is already class 1
+def _budgeted_search(budget: int):
+    """The L∞ search of image 0 (class 0, ε up to 0.12 fails) beside image 1 (already class 1)
+    through a tracker with ``budget``: (returned bests, the attack, the tracker, the images)."""
+    x = images([0.2] * 4, [0.7] * 4)
     y = torch.zeros(2, dtype=torch.long)
-    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=8)
+    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=budget)
     attack = LinfStep(t)
 
     def success(adv, idx):
@@ -107,7 +109,11 @@ def test_the_search_leaves_clean_adversarial_samples_and_stops_at_the_budget():
             t.expect(idx)
             return t.judge(t(adv), idx)
 
-    best = minimal_search(attack, x, "linf", success, lambda: t.queries, 8)
+    return minimal_search(attack, x, "linf", success, lambda: t.queries, budget), attack, t, x
+
+
+def test_the_search_leaves_clean_adversarial_samples_and_stops_at_the_budget():
+    best, attack, t, x = _budgeted_search(8)
     assert torch.equal(best[1], x[1])  # never attacked: its clean input is adversarial
     # the clean check costs each sample 1 query (no clean_adversarial given), a call 2 (the
     # attack's, the search's check): 3 calls, then 1 query is left, less than a call costs
@@ -119,17 +125,7 @@ def test_a_sample_whose_remaining_budget_equals_one_call_s_cost_is_not_attacked_
     """A call may cost more than the most one has cost so far: the search stops a sample once its
     remaining budget is no more than that (the docstring's rule), so the budget is never the
     last call's to overrun."""
-    x = images([0.2] * 4, [0.7] * 4)
-    y = torch.zeros(2, dtype=torch.long)
-    t = QueryTracker(MeanModel(), x, y, norm="linf", budget=9)
-    attack = LinfStep(t)
-
-    def success(adv, idx):
-        with torch.no_grad():
-            t.expect(idx)
-            return t.judge(t(adv), idx)
-
-    minimal_search(attack, x, "linf", success, lambda: t.queries, 9)
+    _, attack, t, _ = _budgeted_search(9)
     # 1 (clean check) + 3 calls of 2 = 7: 2 left, exactly one call's cost: no fourth call
     assert len(attack.eps) == 3 and t.queries.tolist() == [7, 1]
 
