@@ -67,7 +67,7 @@ SLOW = {"optimality_gap | seeds", "optimality_gap | far20", "audit regressed/imp
         "audit regressed | far20", "label_bug (perm twin) | aa", "label_bug (perm twin) | seeds",
         "label_bug (class) | weak", "label_bug (class) | class"}
 DEFECT_RULES = {"out_of_ball | inside", "out_of_ball | out10", "eps_unused | weak", "eps_unused | unused",
-                "batch_dependence | aa", "batch_dependence | seeds", "batch_dependence | ead",
+                "batch_dependence | aa", "batch_dependence | seeds", "batch_dependence | chaos", "batch_dependence | ead",
                 "label_bug (targets ignored) | weak", "label_bug (targets ignored) | ignore"}
 
 
@@ -80,10 +80,15 @@ def test_flag_rules_and_audit_fpr_and_power(models):
 
 @pytest.mark.parametrize("models", [1, 3])
 def test_defect_rules_fpr_and_power(models):
+    """At 16 images a deterministic batch dependence on 35% of them (about 6 differing images)
+    is found in 0.39–0.42 of the repetitions (0.96/0.86 before its split twin's differences had
+    to lean one way, which the real noise's chaotic C&W L2 needs, twins.one_way_p); at 64, always."""
     res = calibrate(20, [16], [models], only=DEFECT_RULES)
     assert set(res["rule"] + " | " + res["scenario"]) == DEFECT_RULES
-    _check(res, {("out_of_ball", "out10"): 0.8, ("eps_unused", "unused"): 0.8, ("batch_dependence", "ead"): 0.5,
+    _check(res, {("out_of_ball", "out10"): 0.8, ("eps_unused", "unused"): 0.8, ("batch_dependence", "ead"): 0.25,
                  ("label_bug (targets ignored)", "ignore"): 0.8})
+    ead = calibrate(20, [64], [models], only={"batch_dependence | ead", "batch_dependence | chaos"})
+    _check(ead, {("batch_dependence", "ead"): 0.9})
 
 
 def test_twin_rules_against_the_seed_twin_find_their_defects_at_64_images():

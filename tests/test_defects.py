@@ -108,6 +108,24 @@ def test_batch_dependence_deterministic_and_against_the_seed_twin():
     assert "a second seed differs on 2" in finding["evidence"]
 
 
+def test_a_deterministic_split_twin_must_differ_one_way():
+    """Float chaos has no side: a long search's batch of 64 and batch of one round differently,
+    and cleverhans' C&W L2 ends 10 of 17 differing digits farther alone, 7 closer. Half of the
+    images 4% farther alone and half 4% closer is not batch dependence; all of them farther is."""
+    both_ways = D * np.where(np.arange(N) % 2 == 0, 1.04, 0.96)
+    assert batch_dependence(_twins(D, both_ways)) == []
+    (finding,) = batch_dependence(_twins(D, D * 1.04))
+    assert "16 of 16 informative images" in finding["evidence"]
+    # the sign test alone needs 6 images one way (2 · 2⁻⁶ < 0.05 < 2 · 2⁻⁵): 5 are not enough
+    five = D * np.where(np.arange(N) < 5, 1.2, 1.0)
+    assert batch_dependence(_twins(D, five)) == []
+    assert batch_dependence(_twins(D, D * np.where(np.arange(N) < 6, 1.2, 1.0)))
+    # a failure alone leans the same way as a farther best
+    i = np.arange(N)
+    assert batch_dependence(_twins(D, np.where(i < 3, INF, np.where(i < 6, D * 1.2, D))))
+    assert batch_dependence(_twins(D, np.where(i < 3, INF, np.where(i < 6, D * 0.8, D)))) == []
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.one_of(st.floats(0.01, 2.0), st.just(INF)), min_size=4, max_size=24))
 def test_a_split_twin_equal_to_its_model_is_never_batch_dependent(d):
