@@ -51,6 +51,9 @@ class Case:
     patches: tuple[Patch, ...] = ()
     control: str = ""
     control_why: str = ""
+    #: the release audit's verdict (fidelity.diff) of the patched twin as the old release against
+    #: the defect as the new one, with ε-use evidence (fidelity/eps_use.py); "" when not judged
+    audit: str = ""
     path: Path = field(default=Path("."), compare=False)
 
     @property
@@ -102,6 +105,11 @@ def load_case(path: str | Path) -> Case:
                     for p in (fix or {}).get("patch", []))
     if fix is not None and not patches:
         raise CaseError(f"{where}: [fix] needs at least one [[fix.patch]]")
+    audit = data.get("audit", "")
+    if audit not in ("", "regressed", "improved"):
+        raise CaseError(f"{where}: audit must be \"regressed\" or \"improved\", not {audit!r}")
+    if audit and fix is None:
+        raise CaseError(f"{where}: audit needs a [fix]: the patched twin is the release it is audited against")
     return Case(id=data["id"], library=_need(data, "library", str, where), dist=_need(data, "dist", str, where),
                 release=_need(data, "release", str, where), spec=spec, flags=flags,
                 summary=_need(data, "summary", str, where), source_file=_need(source, "file", str, where),
@@ -109,7 +117,8 @@ def load_case(path: str | Path) -> Case:
                 since=data.get("since", ""), fast=bool(data.get("fast", False)),
                 in_every_run=bool(data.get("in_every_run", False)),
                 fix_why=(fix or {}).get("why", ""), patches=patches,
-                control=(control or {}).get("spec", ""), control_why=(control or {}).get("why", ""), path=path)
+                control=(control or {}).get("spec", ""), control_why=(control or {}).get("why", ""), audit=audit,
+                path=path)
 
 
 def load_cases(ids: list[str] | None = None) -> list[Case]:

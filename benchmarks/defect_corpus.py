@@ -44,14 +44,25 @@ class Outcome:
     sibling_flags: dict[str, list[str]] = field(default_factory=dict)
     fix_label: str = ""
     wall_s: float = 0.0
+    #: release audits (``audit_verdicts``): the patched twin → the defect, and the reverse
+    audit_defect: str = ""
+    audit_fix: str = ""
+
+    @property
+    def audit_named(self) -> bool:
+        return not self.case.audit or self.audit_defect == f"{self.case.audit} (ε use)"
+
+    @property
+    def audit_clean(self) -> bool:
+        return not self.case.audit or not self.audit_fix.startswith(self.case.audit)
 
     @property
     def named(self) -> bool:
-        return set(self.case.flags) <= set(self.on_defect)
+        return set(self.case.flags) <= set(self.on_defect) and self.audit_named
 
     @property
     def clean(self) -> bool:
-        return not set(self.case.flags) & set(self.on_fix)
+        return not set(self.case.flags) & set(self.on_fix) and self.audit_clean
 
 
 # ------------------------------------------------------------------ running
@@ -153,6 +164,33 @@ def named_flags(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[li
             _named(measured_flags(table), fix_impl, case.norm, fix_version))
 
 
+#: the words of fidelity/eps_use.py's evidence that an audit verdict rests on ε use
+EPS_USE_WORDS = "ε use: returned rows"
+
+
+def _audit_verdict(old: pd.DataFrame, new: pd.DataFrame, impl: str, norm: str) -> str:
+    """The release audit's verdict on ``impl`` from the ``old`` rows to the ``new`` ones, "(ε use)"
+    appended when its reason carries the ε-use evidence."""
+    from attackaudit.fidelity import diff
+
+    d = diff(old, new)
+    row = d[(d["implementation"] == impl) & (d["norm"] == norm)]
+    if row.empty:
+        return "not judged"
+    verdict, reason = str(row["verdict"].iloc[0]), str(row["reason"].iloc[0])
+    return f"{verdict} (ε use)" if EPS_USE_WORDS in reason else verdict
+
+
+def audit_verdicts(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[str, str]:
+    """(the audit of the patched twin as the old release against the defect as the new one, the
+    audit the other way round), on the spec's own rows; ("", "") when the case asks none."""
+    if not case.audit or not len(fix):
+        return "", ""
+    mine = defect[defect["implementation"] == case.implementation]
+    return (_audit_verdict(fix, mine, case.implementation, case.norm),
+            _audit_verdict(mine, fix, case.implementation, case.norm))
+
+
 def judge(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> Outcome:
     """Flags and trust on the defect's table and on the fix's."""
     norm = case.norm
@@ -163,9 +201,11 @@ def judge(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> Outcome:
     siblings = {s.rsplit("/", 1)[0]: _named(found, s.rsplit("/", 1)[0], s.rsplit("/", 1)[1])
                 for s in case.run["siblings"]}
     label = f"{fix_impl} {fix_version}" if case.patches else f"control {fix_impl}"
+    audit_defect, audit_fix = audit_verdicts(case, defect, fix)
     return Outcome(case, _named(found, case.implementation, norm), _named(found_fix, fix_impl, norm, fix_version),
                    _trust(defect, found, case.implementation, family, norm),
-                   _trust(table, found_fix, fix_impl, family, norm), siblings, label)
+                   _trust(table, found_fix, fix_impl, family, norm), siblings, label,
+                   audit_defect=audit_defect, audit_fix=audit_fix)
 
 
 def recorded(case: Case) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -194,8 +234,10 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
     false flags on the sound built-ins (every case's siblings)."""
     cases = pd.DataFrame([{
         "case": o.case.id, "release": f"{o.case.dist} {o.case.release}", "spec": o.case.spec,
-        "expected": ", ".join(o.case.flags), "on defect": _cell(o.on_defect),
-        "on fix": _cell(o.on_fix) + (f" ({o.fix_label})" if not o.case.patches else ""),
+        "expected": ", ".join(o.case.flags) + (f"; audit {o.case.audit} (ε use)" if o.case.audit else ""),
+        "on defect": _cell(o.on_defect) + (f"; audit {o.audit_defect}" if o.case.audit else ""),
+        "on fix": _cell(o.on_fix) + (f" ({o.fix_label})" if not o.case.patches else "")
+        + (f"; audit {o.audit_fix}" if o.case.audit else ""),
         "trust (defect)": o.trust_defect, "trust (fix)": o.trust_fix,
         "named": "yes" if o.named else "NO", "fix clean": "yes" if o.clean else "NO"} for o in outcomes])
     rules = sorted({f for o in outcomes for f in o.case.flags})
@@ -208,6 +250,12 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "false flags on patched twins": f"{sum(rule in o.on_fix for o in mine)} of {len(mine)}",
                      "false flags on sound built-ins": f"{len(sibs)} of {n_sibs}",
                      "missed": ", ".join(o.case.id for o in mine if rule not in o.on_defect) or "—"})
+    audited = [o for o in outcomes if o.case.audit]
+    if audited:  # the release audit's ε-use rule (fidelity/eps_use.py), judged as a rule of its own
+        rows.append({"rule": "audit: ε use", "recall": f"{sum(o.audit_named for o in audited)} of {len(audited)}",
+                     "false flags on patched twins": f"{sum(not o.audit_clean for o in audited)} of {len(audited)}",
+                     "false flags on sound built-ins": "—",
+                     "missed": ", ".join(o.case.id for o in audited if not o.audit_named) or "—"})
     return cases, pd.DataFrame(rows)
 
 

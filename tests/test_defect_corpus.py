@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from defect_cases import ROWS, CaseError, check_source, load_case, load_cases, package_root  # noqa: E402
-from defect_corpus import known_entries, named_flags, recorded, run_case  # noqa: E402
+from defect_corpus import audit_verdicts, known_entries, named_flags, recorded, run_case  # noqa: E402
 
 from attackaudit.fidelity import flags  # noqa: E402
 from attackaudit.fidelity.known_defects import DATA, known_defect_findings  # noqa: E402
@@ -66,6 +66,23 @@ def test_recorded_defect_is_named_and_its_fix_is_clean(case):
     on_defect, on_fix = named_flags(case, defect, fix)
     assert set(case.flags) <= set(on_defect), f"{case.id}: expected {case.flags}, the rules named {on_defect}"
     assert not set(case.flags) & set(on_fix), f"{case.id}: the patched twin got {on_fix}"
+
+
+AUDITED = [c for c in RECORDED if c.audit]
+
+
+@pytest.mark.parametrize("case", AUDITED, ids=lambda c: c.id)
+def test_a_release_audit_names_the_epsilon_it_no_longer_uses(case):
+    """The release audit (fidelity.diff) from the patched twin to the shipped defect says the
+    case's verdict on the ε-use evidence (fidelity/eps_use.py); the reverse audit never says it."""
+    defect, fix = recorded(case)
+    to_defect, to_fix = audit_verdicts(case, defect, fix)
+    assert to_defect == f"{case.audit} (ε use)", f"{case.id}: the audit said {to_defect}"
+    assert not to_fix.startswith(case.audit), f"{case.id}: the audit back to the fix said {to_fix}"
+
+
+def test_the_corpus_holds_release_audit_cases():
+    assert len(AUDITED) >= 2
 
 
 def test_a_malformed_entry_is_one_line_naming_it(tmp_path):
@@ -127,3 +144,6 @@ def test_live_defect_is_named_and_its_fix_is_clean(case, tmp_path):
     on_defect, on_fix = named_flags(case, defect, fix)
     assert set(case.flags) <= set(on_defect), f"{case.id}: expected {case.flags}, the rules named {on_defect}"
     assert not set(case.flags) & set(on_fix), f"{case.id}: the fix got {on_fix}"
+    if case.audit:
+        to_defect, to_fix = audit_verdicts(case, defect, fix)
+        assert to_defect == f"{case.audit} (ε use)" and not to_fix.startswith(case.audit), (to_defect, to_fix)
