@@ -264,6 +264,9 @@ def twin_findings(t: pd.DataFrame, kinds: Iterable[str] = ("perm", "shift")) -> 
     for r in judged[judged["flagged"]].itertuples(index=False):
         noise = (f"a second seed differs on {int(r.n_differ_seed)}" if np.isfinite(r.n_differ_seed)
                  else f"null rate {NULL_RATE[r.kind]:.0%} for a deterministic attack")
+        if r.kind == "split" and not np.isfinite(r.n_differ_seed):
+            noise += (f", and the differences lean one way: {r.n_twin_farther} of {r.n_differ} worse alone, "
+                      f"{r.n_differ - r.n_twin_farther} better (float rounding has no side)")
         out.append({"model": r.base, "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": FLAG_OF[r.kind], "evidence": (
                         f"best distances differ beyond {RTOL[r.kind]:.0%} on {r.n_differ} of {r.n} informative images "

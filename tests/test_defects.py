@@ -115,7 +115,7 @@ def test_a_deterministic_split_twin_must_differ_one_way():
     both_ways = D * np.where(np.arange(N) % 2 == 0, 1.04, 0.96)
     assert batch_dependence(_twins(D, both_ways)) == []
     (finding,) = batch_dependence(_twins(D, D * 1.04))
-    assert "16 of 16 informative images" in finding["evidence"]
+    assert "16 of 16 informative images" in finding["evidence"] and "16 of 16 worse alone, 0 better" in finding["evidence"]
     # the sign test alone needs 6 images one way (2 · 2⁻⁶ < 0.05 < 2 · 2⁻⁵): 5 are not enough
     five = D * np.where(np.arange(N) < 5, 1.2, 1.0)
     assert batch_dependence(_twins(D, five)) == []
