@@ -69,6 +69,15 @@ def test_run_writes_per_sample_rows_and_resumes(tmp_path, capsys):
     assert cli_main(["run", *five, "--out", str(out)]) == 2
     changed = capsys.readouterr().err.strip().splitlines()
     assert len(changed) == 1 and "samples" in changed[0] and "--force" in changed[0], changed
+    # results made by another release of the library are not resumed (with or without --force): the
+    # job id names the spec, not the release, and the old rows would stand for the new release
+    manifest["library_versions"]["adv_lib"] = "0.2.7"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert cli_main(["run", *SMALL, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "2 run now" in err and "adv_lib (0.2.7 -> 0.2.8)" in err, err
+    assert (out / "superseded").is_dir() and len(list((out / "superseded").glob("*.parquet"))) == 2
+    assert json.loads((out / "manifest.json").read_text())["library_versions"]["adv_lib"] == "0.2.8"
 
 
 def test_misbehaving_attacks_become_rows_and_the_run_goes_on(tmp_path):

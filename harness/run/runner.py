@@ -231,6 +231,14 @@ def supersede(run_dir: Path, current: set[str]) -> None:
             path.replace(run_dir / "superseded" / path.name)
 
 
+def changed_libraries(run_dir: Path, versions: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """{library: (the version the run directory's results were made with, the installed one)} for
+    every library whose release changed since the manifest was written (a candidate ``LIB@PATH``
+    carries its own local label, so two source trees differ too)."""
+    before = (read_manifest(run_dir) or {}).get("library_versions") or {}
+    return {lib: (str(before[lib]), str(v)) for lib, v in versions.items() if lib in before and str(before[lib]) != str(v)}
+
+
 def _say_on_stderr(note: str) -> None:
     print(f"attackaudit: note: {note}", file=sys.stderr)
 
@@ -249,6 +257,11 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
     identity = run_identity(config, p)
     if check_resumable(run_dir, config, identity) or config.force:
         supersede(run_dir, {j.job_id for j in p.jobs})
+    changed = changed_libraries(run_dir, p.versions)
+    if changed:  # a job id names the spec, not the release: a resumed job would keep the old one's rows
+        supersede(run_dir, {j.job_id for j in p.jobs if j.spec_key.split("/", 1)[0] not in changed})
+        say("finished jobs of " + ", ".join(f"{lib} ({old} -> {new})" for lib, (old, new) in sorted(changed.items()))
+            + " run again: the installed release is not the one that made their results")
     for note in p.notes:
         say(note)
     from attackaudit.sources.model_checks import check_models
