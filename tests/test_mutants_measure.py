@@ -134,6 +134,18 @@ def test_an_adversarial_default_output_is_a_fallback_unless_the_queries_found_cl
     assert mask.tolist() == [True, False, False] and words == ["constant 0.9 image", "", ""]
 
 
+def test_a_targeted_default_in_a_third_class_is_a_fallback_only_when_shared():
+    """A targeted run: the all-0.9 image is class 1, neither the label (0) nor the target (2).
+    Returned for one image it may be where a search ended (ART's JSMA saturates every pixel of a
+    digit it cannot bring to the target: all-one, a third class, on the targeted noise grid); one
+    output returned for two different images is a default."""
+    t = QueryTracker(MeanModel(), X3, LABELS, norm="l2", targeted=True, targets=torch.full((3,), 2))
+    mask, words = t.fallbacks(torch.stack([ALL_09, X3[1], X3[2]]))
+    assert mask.tolist() == [False, False, False] and words == ["", "", ""]
+    mask, words = t.fallbacks(torch.stack([ALL_09, ALL_09, X3[2]]))
+    assert mask.tolist() == [True, True, False] and words[0] == "constant 0.9 image shared by 2 images"
+
+
 def test_a_default_output_the_queries_found_themselves_is_a_search_result():
     t = QueryTracker(MeanModel(), X3, LABELS, norm="l2")
     with torch.no_grad():

@@ -393,8 +393,8 @@ class QueryTracker(nn.Module):
         image) that is adversarial on the unwrapped model (uncounted) and, with ``closer_only``,
         closer than every adversarial the queries so far found, so never among them (a fixed-ε
         call's default is a fallback wherever it lies: the search would take it for the call's
-        success); in a targeted run also one misclassified as a third class (it would read as a
-        target ignored). (B bools, B descriptions)."""
+        success); in a targeted run also one shared by several images and misclassified as a third
+        class (it would read as a target ignored). (B bools, B descriptions)."""
         idx = self._arange if idx is None else idx.to(self._flat.device)
         rows = returned.detach().reshape(len(idx), -1).to(self._flat.dtype).clamp(0, 1)
         default, words = default_outputs(rows, self._flat[idx])
@@ -407,7 +407,10 @@ class QueryTracker(nn.Module):
         if closer_only:
             mask &= lp_norm(rows - self._flat[idx], self.norm) < self.best_distance[idx]
         if self.targets is not None:  # a default in a third class is no ignored target: name it
-            mask |= default & ~hit & is_success(logits, self.labels[idx], None)
+            # only one shared by several images: a lone constant image there can be a search's end
+            # (ART's JSMA saturates every pixel of a digit it cannot bring to its target: all-one)
+            shared = torch.tensor(["shared by" in w for w in words], dtype=torch.bool, device=default.device)
+            mask |= default & shared & ~hit & is_success(logits, self.labels[idx], None)
         return mask, [w if m else "" for w, m in zip(words, mask.tolist())]
 
     def best_margin(self) -> Tensor:
