@@ -10,7 +10,7 @@ grid attacks the same images):
 | grid | models | attacks | what it measures |
 |---|---|---|---|
 | ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec but the slowest (``SLOW``; the seed twins: those ``needs_seed_twin`` gives one) | seed noise: each randomised spec with two seeds |
-| ``split`` | ``digits-mlp~split`` (the first 32 images) | the deterministic specs | batch against one image per call |
+| ``split`` | ``digits-mlp~split``, ``digits-cnn~split`` (all 64 images) | the deterministic specs | batch against one image per call |
 | ``shift`` | ``digits-mlp~shift`` | every spec | the shift twin's float32 noise |
 | ``batch`` | ``digits-mlp~batch`` (64 images, reversed, half batches) | every spec | batch against another batch arrangement |
 
@@ -28,7 +28,10 @@ Times on the shared 2-core machine (seed 0, 64 images, 0.25 of the steps, budget
 corpus); then, with ``best_margin``, ``rng_used`` and the other fallback columns kept, rerun and
 merged (load 2–3, another engineer's tests beside): split 387 s, batch 358 s, base on
 ``digits-mlp`` only 187 s (``--grids base --models digits-mlp``: the base rows the batch twins
-are judged against; its seed twin's rows kept). The settings and row counts are in
+are judged against; its seed twin's rows kept); then the split twin on ``digits-mlp`` and
+``digits-cnn`` at all 64 images with ``digits-cnn``'s base rows (``--grids split base --models
+digits-mlp~split digits-cnn~split digits-cnn --merge``): base 568 s, split 1409 s for 118 jobs,
+beside a mutation run. The settings and row counts are in
 fidelity/README.md, "Real noise"."""
 from __future__ import annotations
 

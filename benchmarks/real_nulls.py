@@ -20,8 +20,10 @@ the models):
   (``M~batch``: the same images reversed, in half batches; drawn from every such spec, randomised
   or not, and the deterministic one with the most measured differences); a deterministic attack
   with its shift twin (the same two ways) and a randomised one with its shift and seed twins,
-  through ``flags``: on ``digits-mlp``, the one model whose twins the corpus has, whatever ``m``.
-  The table holds the attack's seed twin wherever the corpus has one on ``digits-mlp`` (as
+  through ``flags``, whatever ``m``: the split twin on ``digits-mlp`` and ``digits-cnn`` (64
+  images each, ``SPLIT_MODELS``), the batch and shift twins on ``digits-mlp``, the one model whose
+  batch and shift twins the corpus has. The table holds the attack's seed twin wherever the corpus
+  has one on those models (as
   ``--metamorphic`` gives one to every randomised or random-state-moving built-in): the batch
   twins judge a randomised attack against it, and do not judge one that moved a random state
   without it.
@@ -38,8 +40,10 @@ import pandas as pd
 import real_noise as rn
 
 EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
-#: the models whose batch-split (and batch-composition) twin the corpus has
-SPLIT_MODELS = ("digits-mlp",)
+#: the models whose batch-split twin the corpus has (64 images each), and its batch-composition twin
+SPLIT_MODELS = ("digits-mlp", "digits-cnn")
+BATCH_MODELS = ("digits-mlp",)
+TWIN_MODELS = {"split": SPLIT_MODELS, "batch": BATCH_MODELS}
 SHIFT_MODEL = "digits-mlp"
 #: known shift-twin defects (fidelity/README.md: torchattacks EAD 6 of 16, torchattacks CW 13 of 16)
 SHIFT_DEFECTS = frozenset({("torchattacks/EADL1", "l1"), ("torchattacks/EADEN", "l1"), ("torchattacks/CW", "l2")})
@@ -85,7 +89,7 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
     batch = m["batch"].loc[~m["batch"]["known"].to_numpy(bool)]
     # a randomised spec is judged against its seed twin: only those the corpus has one of
     batch = batch.loc[np.array([all(R.has(rn.Job(i, n, b + "~batch")) and (not r or R.has(rn.Job(i, n, b + "~seed")))
-                                    for b in SPLIT_MODELS)
+                                    for b in BATCH_MODELS)
                                 for i, n, r in zip(batch["implementation"], batch["norm"], batch["randomised"])],
                                dtype=bool)]
     batch_det = batch.loc[~batch["randomised"].to_numpy(bool)]
@@ -223,7 +227,7 @@ def twin_checks(rng: np.random.Generator, n: int, m: int, kind: str = "split") -
         if v is None:
             continue
         if kind in ("split", "batch"):
-            for b in SPLIT_MODELS:
+            for b in TWIN_MODELS[kind]:
                 # the seed twin where the corpus has one, as --metamorphic gives it (module docstring)
                 jobs += [rn.Job(*v, b + s) for s in ("", f"~{kind}", "~seed") if R.has(rn.Job(*v, b + s))]
         else:
