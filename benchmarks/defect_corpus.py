@@ -164,21 +164,18 @@ def named_flags(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[li
             _named(measured_flags(table), fix_impl, case.norm, fix_version))
 
 
-#: the words of fidelity/eps_use.py's evidence that an audit verdict rests on ε use
-EPS_USE_WORDS = "ε use: returned rows"
-
-
 def _audit_verdict(old: pd.DataFrame, new: pd.DataFrame, impl: str, norm: str) -> str:
     """The release audit's verdict on ``impl`` from the ``old`` rows to the ``new`` ones, "(ε use)"
     appended when its reason carries the ε-use evidence."""
     from attackaudit.fidelity import diff
+    from attackaudit.fidelity.eps_use import EVIDENCE_PREFIX
 
     d = diff(old, new)
     row = d[(d["implementation"] == impl) & (d["norm"] == norm)]
     if row.empty:
         return "not judged"
     verdict, reason = str(row["verdict"].iloc[0]), str(row["reason"].iloc[0])
-    return f"{verdict} (ε use)" if EPS_USE_WORDS in reason else verdict
+    return f"{verdict} (ε use)" if EVIDENCE_PREFIX in reason else verdict
 
 
 def audit_verdicts(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[str, str]:

@@ -37,12 +37,14 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+import noise_corpus
 import real_noise as rn
 
 EMPTY_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_version", "flag"])
-#: the models whose batch-split twin the corpus has (64 images each), and its batch-composition twin
-SPLIT_MODELS = ("digits-mlp", "digits-cnn")
-BATCH_MODELS = ("digits-mlp",)
+#: the models whose batch-split twin (64 images each) and batch-composition twin the corpus has:
+#: noise_corpus.py's grids
+SPLIT_MODELS = tuple(noise_corpus.SPLIT_MODELS)
+BATCH_MODELS = tuple(noise_corpus.BATCH_MODELS)
 TWIN_MODELS = {"split": SPLIT_MODELS, "batch": BATCH_MODELS}
 SHIFT_MODEL = "digits-mlp"
 #: known shift-twin defects (fidelity/README.md: torchattacks EAD 6 of 16, torchattacks CW 13 of 16)

@@ -34,6 +34,8 @@ from scipy import stats as sps
 
 from ._table import without_twins
 
+#: how the evidence of an ε-use change begins (what a reader of an audit's reason looks for)
+EVIDENCE_PREFIX = "ε use: returned rows"
 #: a material change of ε use: the per-image median of distance / ε moved by at least this
 RATIO_DELTA = 0.1
 #: a material change of robust accuracy at the named ε: at least this many points (share of images)
@@ -86,7 +88,7 @@ def _one(j: pd.DataFrame, eps: float, alpha: float) -> dict:
     stronger = out["ra_a"] - out["ra_b"] >= RA_DELTA and out["p_ra"] < alpha
     worse, better = less_use or weaker, more_use or stronger
     out["direction"] = "mixed" if worse and better else "regressed" if worse else "improved" if better else ""
-    out["evidence"] = (f"ε use: returned rows at a median {out['ratio_a']:.2f} → {out['ratio_b']:.2f} of ε per call "
+    out["evidence"] = (f"{EVIDENCE_PREFIX} at a median {out['ratio_a']:.2f} → {out['ratio_b']:.2f} of ε per call "
                        f"(Wilcoxon p = {out['p_ratio']:.2g}), robust accuracy at ε = {eps:.4g} "
                        f"{out['ra_a']:.0%} → {out['ra_b']:.0%} (sign test p = {out['p_ra']:.2g}) on {out['n_images']} images")
     return out

@@ -24,6 +24,15 @@ import torch
 from torch import Tensor
 
 
+#: how a description names one output returned for several images (``is_shared`` reads it back)
+SHARED_WORDS = "shared by"
+
+
+def is_shared(description: str) -> bool:
+    """Whether a ``default_outputs`` description is of one output shared by several images."""
+    return SHARED_WORDS in description
+
+
 def describe_constant(value: float) -> str:
     """"all-zero image", "all-one image" or "constant 0.5 image"."""
     if value == 0.0:
@@ -65,5 +74,5 @@ def default_outputs(rows: Tensor, inputs: Tensor) -> tuple[Tensor, list[str]]:
             words.append("")
             continue
         what = describe_constant(float(lo[i])) if constant[i] else "one output"
-        words.append(f"{what} shared by {int(count[i])} images" if shared[i] else what)
+        words.append(f"{what} {SHARED_WORDS} {int(count[i])} images" if shared[i] else what)
     return default, words

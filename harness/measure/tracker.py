@@ -71,7 +71,7 @@ from attackaudit.measure.attribution import BOX_MARGIN, Attribution, anchor_reac
 from attackaudit.measure.best_keeper import BOX_TOLERANCE, KEEP_BESTS, BestKeeper
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.measure.distance import lp_norm
-from attackaudit.measure.fallback import default_outputs
+from attackaudit.measure.fallback import default_outputs, is_shared
 from attackaudit.measure.success import is_success
 from attackaudit.measure.query_ledger import REFUSAL_SCALE, QueryLedger
 from attackaudit.measure.query_window import DEFERRED_BYTES, DEFERRED_QUERIES, QueryWindow
@@ -409,7 +409,7 @@ class QueryTracker(nn.Module):
         if self.targets is not None:  # a default in a third class is no ignored target: name it
             # only one shared by several images: a lone constant image there can be a search's end
             # (ART's JSMA saturates every pixel of a digit it cannot bring to its target: all-one)
-            shared = torch.tensor(["shared by" in w for w in words], dtype=torch.bool, device=default.device)
+            shared = torch.tensor([is_shared(w) for w in words], dtype=torch.bool, device=default.device)
             mask |= default & shared & ~hit & is_success(logits, self.labels[idx], None)
         return mask, [w if m else "" for w, m in zip(words, mask.tolist())]
 
