@@ -12,7 +12,7 @@ grid attacks the same images):
 | ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec but the slowest (``SLOW``; the seed twins: those ``needs_seed_twin`` gives one) | seed noise: each randomised spec with two seeds |
 | ``split`` | ``digits-mlp~split``, ``digits-cnn~split`` (all 64 images) | the deterministic specs | batch against one image per call |
 | ``shift`` | ``digits-mlp~shift`` | every spec | the shift twin's float32 noise |
-| ``batch`` | ``digits-mlp~batch`` (64 images, reversed, half batches) | every spec | batch against another batch arrangement |
+| ``batch`` | ``digits-mlp~batch`` (64 images, reversed, with 32 companions in the call) | every spec | batch against another batch arrangement |
 
 The rows are kept with the columns the calibration and the fidelity rules read (``KEEP``), one
 row per (model, spec, image), in ``benchmarks/noise/corpus.parquet`` (``model`` keeps its twin
@@ -101,7 +101,7 @@ def grids(samples: int, steps_scale: float, budget: int, work: Path,
                   "models": [m + "~split" for m in SPLIT_MODELS]},
         "shift": {**common, "out": str(work / "shift"), "attacks": rand + det,
                   "models": [m + "~shift" for m in SHIFT_MODELS]},
-        # every image in another arrangement (reversed, half batches): one job per spec, as on M
+        # every image in another arrangement (reversed, with companions): one job per spec, as on M
         "batch": {**common, "out": str(work / "batch"), "attacks": rand + det,
                   "models": [m + "~batch" for m in BATCH_MODELS]},
     }

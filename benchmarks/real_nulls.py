@@ -17,7 +17,7 @@ the models):
 - **split**, **batch**, **shift** (``twin_checks``; ``twins`` names split and shift together): a
   sound deterministic attack with its batch-split twin (drawn, and the one with the most measured
   differences); an attack not known to be batch-dependent with its batch-composition twin
-  (``M~batch``: the same images reversed, in half batches; drawn from every such spec, randomised
+  (``M~batch``: the same images reversed, with companions in the call; drawn from every such spec, randomised
   or not, and the deterministic one with the most measured differences); a deterministic attack
   with its shift twin (the same two ways) and a randomised one with its shift and seed twins,
   through ``flags``, whatever ``m``: the split twin on ``digits-mlp`` and ``digits-cnn`` (64

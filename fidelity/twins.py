@@ -27,9 +27,9 @@ evidence names how many images were informative. The test (a p-value per judged 
   two p-values is the job's): a deterministic attack has no seed twin to measure its float noise,
   and a long search amplifies the rounding a batch and a single image do differently into
   differences with no side, where a batch-wide step, stop or constant has one (alone, every image
-  is free of the batch the same way). Not on the batch twin: there the two halves of a batch-wide
-  stop move apart, one half earlier and one later (foolbox's EAD: 7 images farther, 5 closer), and
-  its rearranged batches leave a long search's rounding as it was (cleverhans' C&W L2: 3 of 62).
+  is free of the batch the same way). Not on the batch twin: there a batch-wide stop on the summed
+  loss can move either way with the companions' losses (foolbox's EAD in half batches: 7 images
+  farther, 5 closer), and the rearranged batch leaves a long search's rounding about as it was.
 
 The p-values of one check are Benjamini–Hochberg adjusted over every job it judges in the report;
 a finding needs q < ``ALPHA`` (and, on the perm twin, at least two differing images). What stays
@@ -76,8 +76,8 @@ WHAT = {"perm": "same network with its classes renamed, labels and targets mappe
                 "class indices, i.e. on how the attack handles labels",
         "shift": "same decisions, logits shifted per sample",
         "split": "the same attack called on one image at a time: the result depends on the rest of the batch",
-        "batch": "the same images in another batch arrangement (reversed, half batches): the result depends on "
-                 "the rest of the batch"}
+        "batch": "the same images in another batch arrangement (reversed, other images beside them): the result "
+                 "depends on the rest of the batch"}
 #: how an example image's two distances are named per kind (base, twin)
 EXAMPLE_WORDS = {"split": ("in the batch", "alone"), "batch": ("in the batch", "rearranged")}
 

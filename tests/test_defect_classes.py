@@ -28,7 +28,7 @@ D = np.random.default_rng(7).uniform(0.05, 0.3, N)
 def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataFrame:
     from attackaudit.adapters import catalogue
     from attackaudit.run.job import Job, job_rows as run_job
-    from attackaudit.run.worker import job_targets
+    from attackaudit.run.worker import job_companions, job_targets
     from attackaudit.sources.data import load_subset
     from attackaudit.sources.twins import has_job
     from attackaudit.sources.zoo import load_model
@@ -42,7 +42,8 @@ def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataF
         for model in (m for m in models if has_job(m, spec)):
             job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
             scaled = spec if spec.library == "defects" else spec.scaled(SCALE)
-            frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10)))
+            frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10),
+                                  companions=job_companions(job, 10, load_model(model))))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -154,9 +155,61 @@ def test_batch_twin_catches_batch_wide_steps_and_stops_on_every_image(batch):
     named = set(found.loc[found.flag == "batch_dependence", "implementation"])
     assert named == {"defects/batch_step", "defects/batch_stop"}, found.to_string()
     assert found.loc[found.flag == "batch_dependence", "evidence"].str.contains("digits-mlp~batch").all()
-    # the twin attacked every image, in another order and in half batches, at about one job's cost
+    # the twin attacked every image, reversed and with companions in its one call; it reports the run's own
     twin = batch[batch.model == "digits-mlp~batch"]
     assert twin.groupby("implementation").size().eq(SAMPLES).all()
+    own = batch[batch.model == "digits-mlp"]
+    for impl, rows in twin.groupby("implementation", observed=True):
+        assert rows["sample"].tolist() == own.loc[own.implementation == impl, "sample"].tolist()
+
+
+def test_batch_twin_companions_are_the_datasets_next_images():
+    from attackaudit.run.job import Job
+    from attackaudit.run.worker import job_companions
+    from attackaudit.sources import twins
+    from attackaudit.sources.data import load_subset, random_targets
+
+    assert twins.companions("digits-mlp~batch", 16, 360) == 8
+    assert twins.companions("digits-mlp~batch", 15, 360) == 8      # half, rounded up
+    assert twins.companions("digits-mlp~batch", 356, 360) == 4     # what the dataset has left
+    assert twins.companions("digits-mlp~batch", 360, 360) == 0     # none: half batches instead
+    assert twins.companions("digits-mlp~batch", 16, None) == 0
+    assert twins.companions("digits-mlp", 16, 360) == twins.companions("digits-mlp~split", 16, 360) == 0
+    assert twins.batch_size("digits-mlp~batch", 0, 16, companions=8) == 0      # one call
+    assert twins.batch_size("digits-mlp~batch", 0, 16) == 8                    # two half batches
+    assert twins.batch_size("digits-mlp~batch", 4, 16, companions=8) == 4      # the user's batches
+    job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=True)
+    comp = job_companions(job, 10)
+    wide = load_subset("digits", 18, 0)
+    assert comp.indices.tolist() == wide.indices[12:].tolist()
+    assert torch.equal(comp.inputs, wide.inputs[12:]) and torch.equal(comp.labels, wide.labels[12:])
+    assert torch.equal(comp.criterion.targets, random_targets(wide.labels, 10, 0)[12:])
+    assert job_companions(Job(run="t", model="digits-mlp", spec_key="adv_lib/ddn/l2", samples=12), 10) is None
+
+
+def test_the_first_companion_is_adversarial_before_any_step():
+    from attackaudit.measure.criterion import Targeted, Untargeted
+    from attackaudit.measure.success import is_success
+    from attackaudit.run.job import Job
+    from attackaudit.run.worker import job_companions
+    from attackaudit.sources.twins import already_adversarial
+    from attackaudit.sources.zoo import load_model
+
+    labels, crit = already_adversarial(torch.tensor([3, 4, 5]), Untargeted(), predicted=9, num_classes=10)
+    assert labels.tolist() == [0, 4, 5] and isinstance(crit, Untargeted)
+    labels, crit = already_adversarial(torch.tensor([3, 4]), Targeted(torch.tensor([1, 2])), predicted=3,
+                                       num_classes=10)
+    assert labels.tolist() == [4, 4] and crit.targets.tolist() == [3, 2]
+    assert Targeted(torch.tensor([1])).extend(Targeted(torch.tensor([2, 3]))).targets.tolist() == [1, 2, 3]
+    assert Untargeted().extend(Untargeted()) == Untargeted()
+    model = load_model("digits-mlp")
+    for targeted in (False, True):
+        job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=targeted)
+        comp = job_companions(job, 10, model)
+        with torch.no_grad():
+            logits = model(comp.inputs)
+        done = is_success(logits, comp.labels, comp.criterion.targets if targeted else None)
+        assert done[0] and not done[1:].all()  # the first only: the others are the dataset's own
 
 
 def test_boundary_bests_and_measured_randomness(batch):

@@ -36,6 +36,10 @@ class Untargeted:
         """The criterion with its tensors on ``device``."""
         return self
 
+    def extend(self, other: "Untargeted") -> "Untargeted":
+        """The criterion of this batch's samples followed by ``other``'s."""
+        return self
+
     def target_column(self, n: int) -> np.ndarray:
         """The result rows' ``target`` column for ``n`` samples: −1, no target."""
         return np.full(n, -1)
@@ -65,6 +69,10 @@ class Targeted:
     def to(self, device: torch.device | str) -> "Targeted":
         """The criterion with its targets on ``device``."""
         return Targeted(self.targets.to(device))
+
+    def extend(self, other: "Targeted") -> "Targeted":
+        """The criterion of this batch's samples followed by ``other``'s (their targets appended)."""
+        return Targeted(torch.cat([self.targets, other.targets.to(self.targets.device)]))
 
     def target_column(self, n: int) -> np.ndarray:
         """The result rows' ``target`` column: the targets (``n`` of them)."""

@@ -16,7 +16,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # for the twins (half the CNN's job time); the adversarially trained CNNs (1.5x the CNN) and
     # digits-mlp-tiny are opt-in with --models. The batch-split twin runs on the first 4 images
     # only: one image per call costs ~6x the batched job's CPU per image (README "The demo"); the
-    # batch-composition twin (reversed, half batches) on every image: one job per spec
+    # batch-composition twin (reversed, with companions: one call) on every image: one job per spec
     "demo": {"models": ["digits-cnn", "digits-mlp", "digits-mlp~shift", "digits-mlp~perm", "digits-mlp~seed",
                         "digits-mlp~split", "digits-mlp~batch"],
              "samples": 16, "split_samples": 4, "steps_scale": 0.5, "workers": 2},

@@ -183,6 +183,18 @@ class InvalidOutput(Exception):
 
 
 @dataclass
+class Companions:
+    """The batch-composition twin's companions (``twins.companions``): P images of the dataset
+    outside the job's subset, attacked in the job's batch and never reported. ``inputs``:
+    P×C×H×W, ``labels``: P, ``indices``: their dataset indices, ``criterion``: their targets."""
+
+    inputs: Tensor
+    labels: Tensor
+    indices: np.ndarray
+    criterion: Criterion
+
+
+@dataclass
 class BatchOutcome:
     """One batch of a job after the attack: its rows of the subset, the tracker that measured it,
     what the attack returned (None after an error), the error line, and the fixed-ε search's record."""
@@ -196,7 +208,7 @@ class BatchOutcome:
 
 def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module, subset: Subset,
              criterion: Criterion | Tensor | None, log: TextIO | None = None, progress: JobProgress | None = None,
-             clean_logits: Tensor | None = None) -> pd.DataFrame:
+             clean_logits: Tensor | None = None, companions: Companions | None = None) -> pd.DataFrame:
     """Attack ``subset`` with ``spec`` on ``model`` and build the per-sample rows (``ROW_COLUMNS``).
 
     ``criterion``: ``Untargeted()`` or ``Targeted(targets)`` (the N targets of the subset; the
@@ -204,7 +216,8 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     fraction used in the current batch)`` is called as the job goes: after each batch, and while
     one runs. ``clean_logits`` (N×classes, from ``clean_logits``) spares each batch's tracker its
     own clean forward. A run twin (``attackaudit.sources.twins``) runs the attack with another seed
-    (``M~seed``) or one sample per call (``M~split``)."""
+    (``M~seed``), one sample per call (``M~split``) or in another arrangement (``M~batch``: reversed,
+    with ``companions`` in its batch, whose rows are dropped)."""
     spec = twins.twin_spec(spec, job.model)
     seed_everything(twins.attack_seed(job.model, job.seed))
     device = torch.device(job.device)
@@ -221,14 +234,22 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     if order is not None:
         inputs, labels, criterion, indices = inputs[order], labels[order], criterion.take(order), indices[order.numpy()]
         clean_logits = None  # computed in other batches: the tracker takes its own clean forward
+    n, extra = len(labels), 0
+    if companions is not None:  # the batch-composition twin's other batch-mates, after the run's images
+        extra = len(companions.labels)
+        inputs = torch.cat([inputs, companions.inputs.to(device)])
+        labels = torch.cat([labels, companions.labels.to(device)])
+        criterion = criterion.extend(companions.criterion.to(device))
+        indices = np.concatenate([indices, companions.indices])
+        clean_logits = None
     start = time.perf_counter()
     before = rng_state()
-    outcomes = _attack_batches(job, spec, model, inputs, labels, criterion, log, progress, clean_logits)
+    outcomes = _attack_batches(job, spec, model, inputs, labels, criterion, log, progress, clean_logits, extra)
     rng_used = rng_state() != before
     wall = time.perf_counter() - start
     frames = [_batch_frame(o, spec, inputs[o.rows], labels[o.rows], criterion.take(o.rows),
                            indices[o.rows.start:o.rows.stop]) for o in outcomes]
-    rows = pd.concat(frames, ignore_index=True)
+    rows = pd.concat(frames, ignore_index=True).iloc[:n]  # the companions' rows are not results
     if order is not None:  # back in the subset's order
         rows = rows.iloc[np.argsort(order.numpy(), kind="stable")].reset_index(drop=True)
     rows = rows.assign(
@@ -253,11 +274,12 @@ def rng_state() -> tuple:
 
 def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor,
                     criterion: Criterion, log: TextIO | None, progress: JobProgress | None,
-                    clean_logits: Tensor | None) -> list[BatchOutcome]:
-    """The attack on each batch of the job (``twins.batch_size``), one fresh tracker per batch."""
+                    clean_logits: Tensor | None, companions: int = 0) -> list[BatchOutcome]:
+    """The attack on each batch of the job (``twins.batch_size``), one fresh tracker per batch;
+    the last ``companions`` samples are the batch-composition twin's companions."""
     n = len(labels)
     outcomes = []
-    for sl in _batches(n, twins.batch_size(job.model, job.batch_size, n)):
+    for sl in _batches(n, twins.batch_size(job.model, job.batch_size, n - companions, companions)):
         on_queries = None
         if progress is not None:
             def on_queries(used: int, done: int = sl.start) -> None:

@@ -21,7 +21,7 @@ import attackaudit.sources.twins as twins
 from attackaudit.adapters import AttackSpec, LibraryEntry, PluginError, SpecError, SpecSource
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.run.faults import fix_for
-from attackaudit.run.job import Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
+from attackaudit.run.job import Companions, Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
 from attackaudit.results.schema import HARNESS_ERROR
 from attackaudit.results.store import job_path, logs_dir, write_job
 
@@ -95,6 +95,27 @@ def job_criterion(job: Job, subset: Subset, num_classes: int) -> Criterion:
     return Targeted(random_targets(subset.labels, num_classes, job.seed)) if job.targeted else Untargeted()
 
 
+def job_companions(job: Job, num_classes: int, model: torch.nn.Module | None = None) -> Companions | None:
+    """The batch-composition twin's companions (``twins.companions``): the dataset's images after
+    the job's subset in its order (subsets nest), with their targets drawn as the job's are; None
+    on every other model. With ``model``, the first companion is made adversarial already
+    (``twins.already_adversarial``): an attack that stops the whole batch once one image is done
+    then stops at once."""
+    from attackaudit.sources.data import dataset_size
+
+    extra = twins.companions(job.model, job.samples, dataset_size(job.dataset))
+    if not extra:
+        return None
+    wide = job_subset(job.dataset, job.samples + extra, job.seed)
+    rows = slice(job.samples, None)
+    labels, criterion = wide.labels[rows].clone(), job_criterion(job, wide, num_classes).take(rows)
+    if model is not None:
+        with torch.no_grad():
+            predicted = model.to(job.device).eval()(wide.inputs[rows][:1].to(job.device)).argmax(1).cpu()
+        labels, criterion = twins.already_adversarial(labels, criterion, int(predicted[0]), num_classes)
+    return Companions(wide.inputs[rows], labels, wide.indices[rows], criterion)
+
+
 def job_targets(job: Job, subset: Subset, num_classes: int) -> Tensor | None:
     """The targets of ``job_criterion`` (N), or None untargeted."""
     return job_criterion(job, subset, num_classes).targets
@@ -123,6 +144,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
                 model = load_job_model(job)
                 clean = _clean_logits(job, model, subset)
                 criterion = job_criterion(job, subset, clean.shape[1])
+                companions = job_companions(job, clean.shape[1], model)
             except Exception as exc:  # before the attack (model load, its clean pass): ours, not the library's
                 trace = traceback.format_exc()
                 log.write(f"{HARNESS_ERROR}: before the attack started\n{trace}")
@@ -133,7 +155,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
                 if progress is not None:
                     progress(0, len(subset.labels), 0.0)  # the attack starts now
                 try:
-                    rows = job_rows(job, spec, version, model, subset, criterion, log, progress, clean)
+                    rows = job_rows(job, spec, version, model, subset, criterion, log, progress, clean, companions)
                 except Exception as exc:  # outside an attack call, yet during the job: rows, with the cause
                     log.write(traceback.format_exc())
                     rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)

@@ -12,8 +12,13 @@
   rest of the batch; a step size, stopping test or normalisation computed over the batch does.
   The strict check, but one call per image: on a few images (``split_samples``).
 - ``M~batch`` (the batch-composition twin): every image of the run, in another arrangement: the
-  order reversed and the batches half as large (``arrangement``, ``batch_size``), so every image
-  shares its calls with other images than on ``M``. One job: it costs about what ``M``'s does.
+  order reversed and **companions** added to the batch: the dataset's next images in the subset's
+  order, half as many as the job's (``companions``, ``arrangement``), the first of them labelled as
+  a class the model does not predict, so adversarial from the start (``already_adversarial``).
+  Every image shares its call with other images than on ``M``: a batch-wide mean, sum or maximum
+  moves, and a stop on "one image done" comes at once. The job is still one call. The
+  companions' rows are attacked and dropped: results are the run's images'. Where the dataset has
+  no image left, the twin falls back to half batches (two calls).
 
 ``--metamorphic`` adds all three on the first real model of the run (``run_twin_models``), beside
 the model twins ``~shift`` and ``~perm`` on every model (``attackaudit.sources.zoo``). Whether an
@@ -21,6 +26,8 @@ attack is randomised is measured by the job (``rng_used``: its call moved a glob
 ``RANDOMISED_BUILTINS`` and a plugin's ``randomised`` only decide which specs get a seed twin.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -100,13 +107,45 @@ def twin_spec(spec, model: str):
     return spec
 
 
-def batch_size(model: str, requested: int, samples: int = 0) -> int:
+#: the batch-composition twin's companions per image of the job (rounded up). On models as small as
+#: the digits nets a call's cost is mostly per step, not per image: a batch half as large again
+#: costs about 1.2 calls, where two half batches (the twin's first form) cost 1.6-1.7
+COMPANION_SHARE = 0.5
+
+
+def companions(model: str, samples: int, available: int | None) -> int:
+    """Images the batch-composition twin adds to a job of ``samples`` images on ``model`` (the
+    dataset's next ones in the subset's order: subsets nest); ``available``: the dataset's images
+    (None: unknown). 0 on every other model, and where the dataset has none left."""
+    if run_twin(model) != BATCH_SUFFIX or not available:
+        return 0
+    return max(0, min(math.ceil(samples * COMPANION_SHARE), available - samples))
+
+
+def already_adversarial(labels: torch.Tensor, criterion, predicted: int, num_classes: int):
+    """(labels, criterion) of the companions with the first one adversarial before any step: its
+    label a class the model does not predict for it, and in a targeted run its target the class
+    the model predicts. Real batches hold misclassified images; a sound attack's result for one
+    image does not depend on them, an attack that stops the batch when one image is done does."""
+    from attackaudit.measure.criterion import Targeted
+
+    labels = labels.clone()
+    labels[0] = (predicted + 1) % num_classes
+    if isinstance(criterion, Targeted):
+        targets = criterion.targets.clone()
+        targets[0] = predicted
+        criterion = Targeted(targets)
+    return labels, criterion
+
+
+def batch_size(model: str, requested: int, samples: int = 0, companions: int = 0) -> int:
     """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all;
-    ``samples``: the job's images, for the batch-composition twin's half batches)."""
+    ``samples``: the job's images, for the batch-composition twin's half batches when it has no
+    ``companions``)."""
     twin = run_twin(model)
     if twin == SPLIT_SUFFIX:
         return 1
-    if twin == BATCH_SUFFIX:
+    if twin == BATCH_SUFFIX and not companions:
         whole = requested if 0 < requested < samples or not samples else samples
         return max(1, (whole + 1) // 2) if whole else 0
     return requested
