@@ -106,7 +106,7 @@ def judge(rows: pd.DataFrame) -> pd.DataFrame:
     stopped_early = (df["budget"] <= 0) | (df["queries"] < LABEL_BUG_BUDGET_FRACTION * df["budget"])
     df["flagged"] = (df["q"] < ALPHA) & stopped_early
     df["evidence"] = [
-        f"class-conditional failure: broke none of the {r.size} images of class {r['class']} that other implementations "
+        f"class-conditional failure: broke none of the {r['size']} images of class {r['class']} that other implementations "
         f"of its family broke (over {r.n_models} models; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
         f"of the other classes; the chance that a correct attack whose failures follow difficulty fails them all: "
         f"p = {r.p:.2g} (Holm over {r.n_classes} classes)"
