@@ -45,10 +45,13 @@ KNOWN_DEFECTS: dict[str, frozenset[tuple[str, str]]] = {
                                 ("torchattacks/JSMA", "l0"), ("art/SaliencyMapMethod", "l0")}),
     # a step or stopping rule over the batch (README "Defects": EAD's summed loss, cleverhans' mean CE)
     # and torchattacks' CW, whose early stop reads the batch's summed cost (defect corpus:
-    # torchattacks-cw-batch-early-stop)
+    # torchattacks-cw-batch-early-stop), and cleverhans' C&W L2, whose (N, 1) constant broadcasts
+    # against the (N,) margin loss: every image gets the batch's mean constant (defect corpus:
+    # cleverhans-cw-l2-batch-mean-const; the split twin's rounding "worst" until the batch twin's
+    # companions showed it one-sided)
     "batch_dependence": frozenset({("foolbox/EADAttack", "l1"), ("torchattacks/EADL1", "l1"),
                                    ("torchattacks/EADEN", "l1"), ("cleverhans/fast_gradient_method", "l2"),
-                                   ("torchattacks/CW", "l2")}),
+                                   ("torchattacks/CW", "l2"), ("cleverhans/carlini_wagner_l2", "l2")}),
     # an L1 step on pixels the box clips (README "Defects", eps_unused)
     "eps_unused": frozenset({("art/FastGradientMethod", "l1"), ("art/ProjectedGradientDescent", "l1")}),
 }
