@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=1.0,
                         help="test only this share of the mutants not tested yet, chosen by a hash of their "
                              "names (the same ones on every machine; the rest stay 'not run')")
+    parser.add_argument("--retest", action="store_true",
+                        help="with --sample: test the whole sample, tested before or not (after the area's tests "
+                             "list changed, mutmut forgets its kept verdicts while this script still reads them)")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="test again only the mutants no test killed (after adding tests; mutmut keeps their "
                              "verdicts otherwise)")
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             names = [k for k, c in done.items() if not_killed(c) and k not in equivalent] if args.rerun_survivors else []
             if args.sample < 1:
                 names += [k for k in mutant_names(work, areas(project)[name])
-                          if done.get(k) is None and sampled(k, args.sample)]
+                          if (args.retest or done.get(k) is None) and sampled(k, args.sample)]
             if (args.rerun_survivors or args.sample < 1) and not names:
                 print(f"area {name}: no mutant to test")
                 continue

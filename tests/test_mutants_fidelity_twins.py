@@ -740,6 +740,17 @@ def test_class_failure_flags_an_easy_class_failed_entirely():
     assert cf.class_notes_of(_class_table()) == []
 
 
+def test_class_failure_rows_come_in_norm_and_implementation_order():
+    """The report lists class-conditional failures by (norm, implementation), whatever order the
+    run's rows came in."""
+    weak = [0.35, 0.45, 0.55, 0.65, np.nan, np.nan]
+    rows = (_cf_rows("lib/zeta", "1.0", weak, norm="l2") + _cf_rows("lib/pgd", "2.0", B_DIST, norm="l2")
+            + _cf_rows("lib/zeta", "1.0", weak) + _cf_rows("lib/alpha", "1.0", weak) + _cf_rows("lib/pgd", "2.0", B_DIST))
+    out = cf.judge_table(pd.DataFrame(rows))
+    assert list(zip(out["norm"], out["implementation"])) == [("l2", "lib/zeta"), ("linf", "lib/alpha"),
+                                                            ("linf", "lib/zeta")]
+
+
 def _prepared(table):
     from attackaudit.fidelity._table import prepare, with_envelope
     return with_envelope(prepare(table))
