@@ -605,3 +605,30 @@ def test_a_job_that_crashed_everywhere_or_only_overran_its_budget_is_flagged():
     assert overran["flag"].tolist() == ["budget_overrun"]
     assert evidence(overran, "x/pgd", "budget_overrun") == (
         "2 of 4 samples made queries past the budget: 7 refused in total, 5 on sample 2")
+
+
+# --------------------------------------------------------------------------- log ratios and HL at their edges
+def test_log_ratios_truth_table_against_a_plain_reference():
+    """Each image's log ratio by the rule the docstring states, one case at a time: a 0 below a
+    positive distance and a success below a failure (NaN counts as a failure) are ±FAILURE."""
+    from attackaudit.fidelity.equivalence import FAILURE, LOG_RATIO_CAP, log_ratios
+
+    inf, nan = np.inf, np.nan
+    cases = {(0.0, 0.5): -FAILURE, (0.5, 0.0): FAILURE, (0.0, 2.0): -FAILURE, (2.0, 0.0): FAILURE,
+             (0.2, inf): -FAILURE, (inf, 0.2): FAILURE, (nan, 0.2): FAILURE, (0.2, nan): -FAILURE,
+             (0.0, 0.0): 0.0, (inf, inf): 0.0, (nan, inf): 0.0, (0.2, 0.4): math.log(0.5),
+             (1.0, 1000.0): -LOG_RATIO_CAP, (0.3, 0.3 * (1 + 1e-12)): 0.0}
+    a = np.array([k[0] for k in cases])
+    b = np.array([k[1] for k in cases])
+    assert log_ratios(a, b).tolist() == pytest.approx(list(cases.values()))
+
+
+def test_hodges_lehmann_is_exact_up_to_the_largest_exact_size():
+    """At 1000 images (500,500 Walsh averages, WALSH_EXACT_MAX) the estimate is still the exact
+    median of every Walsh average, not the sampled one of larger runs."""
+    from attackaudit.fidelity.equivalence import WALSH_EXACT_MAX, hodges_lehmann
+
+    x = np.random.default_rng(3).standard_normal(1000)
+    assert x.size * (x.size + 1) // 2 == WALSH_EXACT_MAX
+    i, j = np.triu_indices(x.size)
+    assert hodges_lehmann(x) == float(np.median((x[i] + x[j]) / 2))
