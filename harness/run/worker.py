@@ -108,7 +108,7 @@ def job_companions(job: Job, num_classes: int, model: torch.nn.Module | None = N
         return None
     wide = job_subset(job.dataset, job.samples + extra, job.seed)
     rows = slice(job.samples, None)
-    labels, criterion = wide.labels[rows].clone(), job_criterion(job, wide, num_classes).take(rows)
+    labels, criterion = wide.labels[rows], job_criterion(job, wide, num_classes).take(rows)
     if model is not None:
         with torch.no_grad():
             predicted = model.to(job.device).eval()(wide.inputs[rows][:1].to(job.device)).argmax(1).cpu()

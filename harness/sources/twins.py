@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from attackaudit.measure.criterion import Targeted
 from attackaudit.sources.zoo import BATCH_SUFFIX, RUN_TWIN_SUFFIXES, SEED_SUFFIX, SPLIT_SUFFIX, twin_of
 
 #: the seed twin's global seed and ``seed`` parameter are the job's plus this
@@ -127,8 +128,6 @@ def already_adversarial(labels: torch.Tensor, criterion, predicted: int, num_cla
     label a class the model does not predict for it, and in a targeted run its target the class
     the model predicts. Real batches hold misclassified images; a sound attack's result for one
     image does not depend on them, an attack that stops the batch when one image is done does."""
-    from attackaudit.measure.criterion import Targeted
-
     labels = labels.clone()
     labels[0] = (predicted + 1) % num_classes
     if isinstance(criterion, Targeted):
