@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
+# the venv is ~6 GB (torch's CUDA build, the only 2.14.1 on disk): no second copy in pip's cache, on
+# machines whose disk is tight (a CI run once stopped at "No space left on device" while installing)
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: test demo install docs clean-venv
 

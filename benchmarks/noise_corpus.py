@@ -85,10 +85,21 @@ def _specs() -> tuple[list[str], list[str]]:
 
 
 def grids(samples: int, steps_scale: float, budget: int, work: Path,
-          models: list[str] | None = None) -> dict[str, dict]:
+          models: list[str] | None = None, specs: list[str] | None = None) -> dict[str, dict]:
     """The run configs (``config.resolve`` flags) of the four grids; ``models``: only those models
-    (exact names; None: all)."""
+    (exact names; None: all); ``specs``: only these spec keys, ``SLOW`` ones included (None: every
+    built-in but ``SLOW``)."""
     rand, det = _specs()
+    if specs is not None:
+        from attackaudit.adapters import catalogue
+        from attackaudit.sources.twins import is_randomised
+        known = {spec.key: spec for e in catalogue(None) if e.plugin is None and e.available for spec in e.specs}
+        unknown = sorted(set(specs) - set(known))
+        if unknown:
+            raise SystemExit(f"--specs: {', '.join(unknown)} is not an available built-in spec; "
+                             "`attackaudit list` names them")
+        rand = [k for k in specs if is_randomised(known[k])]
+        det = [k for k in specs if not is_randomised(known[k])]
     # force: a grid whose attack list changed keeps the finished jobs it still has (job ids do not
     # depend on the list) and sets the others aside
     common = {"samples": samples, "steps_scale": steps_scale, "budget": budget, "seed": 0, "workers": 2,
@@ -133,10 +144,13 @@ def tidy(t: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def merge(stored: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """``stored``'s rows of every (grid, model) that ``new`` lacks, then ``new``'s rows."""
-    rerun = set(zip(new["grid"].astype(str), new["model"].astype(str)))
-    keep = [(g, m) not in rerun for g, m in zip(stored["grid"].astype(str), stored["model"].astype(str))]
+def merge(stored: pd.DataFrame, new: pd.DataFrame, by_spec: bool = False) -> pd.DataFrame:
+    """``stored``'s rows of every (grid, model) that ``new`` lacks, then ``new``'s rows; with
+    ``by_spec``, of every (grid, model, implementation, norm) it lacks (``--specs``: the other
+    specs' rows of a rerun model stay)."""
+    cols = ["grid", "model"] + (["implementation", "norm"] if by_spec else [])
+    rerun = set(zip(*(new[c].astype(str) for c in cols)))
+    keep = [k not in rerun for k in zip(*(stored[c].astype(str) for c in cols))]
     return tidy(pd.concat([stored.loc[keep].astype({c: str for c in CATEGORIES}),
                            new.astype({c: str for c in CATEGORIES})], ignore_index=True))
 
@@ -151,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", help="only these models (exact names, twin suffix included)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the stored parquet's rows of the (grid, model) pairs not rerun, replace the others")
+    ap.add_argument("--specs", nargs="+",
+                    help="only these built-in spec keys, SLOW ones included (with --merge: replaces only their rows)")
     ap.add_argument("--extract-only", action="store_true")
     args = ap.parse_args(argv)
     work = Path(args.work)
@@ -158,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     from attackaudit.run.runner import run
 
     times = {}
-    configs = {k: v for k, v in grids(args.samples, args.steps_scale, args.budget, work, args.models).items()
+    configs = {k: v for k, v in grids(args.samples, args.steps_scale, args.budget, work, args.models,
+                                                    args.specs).items()
                if k in args.grids}
     if not args.extract_only:
         for name, flags in configs.items():
@@ -172,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:  # a run directory may hold other models' jobs from an earlier, wider run
         t = t[t["model"].astype(str).isin(args.models)]
     if args.merge and OUT.is_file():
-        t = merge(pd.read_parquet(OUT), t)
+        t = merge(pd.read_parquet(OUT), t, by_spec=args.specs is not None)
     OUT.parent.mkdir(exist_ok=True)
     t.to_parquet(OUT, index=False, compression="zstd")
     meta = {"samples": args.samples, "steps_scale": args.steps_scale, "budget": args.budget, "seed": 0,
-            "grids": list(configs), "models": args.models, "merge": args.merge, "wall_s": times, "rows": len(t)}
+            "grids": list(configs), "models": args.models, "merge": args.merge, "specs": args.specs, "wall_s": times, "rows": len(t)}
     print(json.dumps(meta))
     print(f"{len(t)} rows -> {OUT} ({OUT.stat().st_size / 1e6:.2f} MB)")
     return 0

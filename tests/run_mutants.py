@@ -12,6 +12,7 @@ too, so tests that start a child process run the mutant in the child as well.
 
 Usage (from the repository root; `make mutants` runs every area):
     python tests/run_mutants.py [--area NAME ...] [--max-children N] [--time-limit S] [--score-only]
+    python tests/run_mutants.py --area NAME --check MUTANT -- tests/test_x.py -k name   # one mutant, by hand
 
 Results are kept in ``mutants/<area>/`` (a rerun tests only new or changed functions). The score
 of a file is (killed + timed out) / (mutants - equivalent ones): a mutant no test reaches counts
@@ -138,6 +139,26 @@ def run_area(work: Path, max_children: int, time_limit: float, names: list[str] 
     return code, time.monotonic() - start
 
 
+def generate(work: Path) -> None:
+    """Write the area's mutated tree into ``work/mutants/`` with mutmut's own generator (no test
+    runs), for ``check``."""
+    code = ("import os, mutmut.__main__ as m\n"
+            "from mutmut.mutation.trampoline import set_mutant_under_test\n"
+            "set_mutant_under_test('mutant_generation')\n"
+            "os.makedirs('mutants', exist_ok=True)\n"
+            "m.copy_src_dir(); m.copy_also_copy_files(); m.setup_source_paths(); m.create_mutants(1)\n")
+    subprocess.run([sys.executable, "-c", code], cwd=work, check=True, stdout=subprocess.DEVNULL)
+
+
+def check(work: Path, mutant: str, pytest_args: list[str]) -> int:
+    """Run ``pytest pytest_args`` in ``work`` with ``mutant`` switched on (``MUTANT_UNDER_TEST``),
+    as mutmut runs a test against it; pytest's exit code (0: the mutant survived these tests)."""
+    name = mutant if mutant.startswith("attackaudit.") else f"attackaudit.{mutant}"
+    env = {**os.environ, "PYTHONPATH": str(work / "mutants"), "MUTANT_UNDER_TEST": name}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                           "--hypothesis-seed=0", *pytest_args], cwd=work / "mutants", env=env).returncode
+
+
 def equivalent_mutants(path: Path = DOCS) -> set[str]:
     """The mutant names docs/testing.md lists under its "Equivalent mutants" heading (written there
     without the ``attackaudit.`` prefix, which the docs' own test would read as a module path)."""
@@ -230,7 +251,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="test again only the mutants no test killed (after adding tests; mutmut keeps their "
                              "verdicts otherwise)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--check", metavar="MUTANT",
+                        help="run the pytest arguments after -- with this one mutant switched on (the area's "
+                             "mutated tree is generated first): exit 0 if it survived them, 1 if a test "
+                             "failed, 2 if pytest could not run them")
+    args, pytest_args = parser.parse_known_args(argv)
+    pytest_args = [a for a in pytest_args if a != "--"]
+    if args.check:
+        if not args.area or len(args.area) != 1:
+            parser.error("--check needs exactly one --area (the one whose files the mutant is in)")
+        ensure_mutmut(project)
+        work = prepare(args.area[0], project)
+        generate(work)
+        code = check(work, args.check, pytest_args or ["tests"])
+        if code not in (0, 1):  # 5: no test collected, 2-4: pytest could not run them
+            print(f"{args.check}: pytest exited {code}, which says nothing about the mutant")
+            return 2
+        print(f"{args.check}: {'survived' if code == 0 else 'killed'} (pytest exit {code})")
+        return code
     if not args.score_only:
         ensure_mutmut(project)
     equivalent = equivalent_mutants()
