@@ -14,6 +14,14 @@ def rows(out):
     return df.sort_values(["job_id", "sample"]).reset_index(drop=True)
 
 
+def test_every_executor_runs_a_job_on_the_same_torch_threads_whatever_the_workers():
+    """The thread count orders torch's reductions (1 and 2 threads gave margins 8e-8 apart), so it
+    may not follow --workers or the machine's cores."""
+    from attackaudit.run.executors import JOB_THREADS, InProcessExecutor, LocalExecutor
+
+    assert LocalExecutor(1).threads == LocalExecutor(4).threads == InProcessExecutor().threads == JOB_THREADS == 1
+
+
 def test_dask_local_cluster_matches_local_executor(tmp_path):
     local = run(resolve(None, {**GRID, "out": str(tmp_path / "local")}))
     dask = run(resolve(None, {**GRID, "out": str(tmp_path / "dask"), "executor": "dask", "workers": 2}))

@@ -171,14 +171,26 @@ def _next_for(queue: list[Job], last_spec: str, others: set[str] = frozenset()) 
 LIMIT_CHECK_S = 1.0
 
 
-class LocalExecutor:
-    """``workers`` persistent child processes; each job isolated by its process boundary."""
+#: torch intra-op threads of every job. One, whatever the machine and ``--workers``: the thread
+#: count sets the order of torch's parallel reductions, so the same job on 1 and 2 threads gave
+#: margins 8e-8 apart (and an attack's later steps may follow them), and a run's numbers would
+#: depend on the machine's cores and on --workers, which is not a result field. Parallelism comes
+#: from --workers (benchmarks/README.md: two threads in one worker gained little over one on the
+#: digits zoo; two workers 1.97x).
+JOB_THREADS = 1
 
-    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int | None = None,
+
+class LocalExecutor:
+    """``workers`` persistent child processes; each job isolated by its process boundary.
+
+    ``threads``: torch threads per job (``JOB_THREADS``; a benchmark may set more, which changes
+    results in their last bits)."""
+
+    def __init__(self, workers: int = 1, limits: Limits | None = None, threads: int = JOB_THREADS,
                  keep_alive: bool = False) -> None:
         self.workers = max(1, workers)
         self.limits = limits or Limits()
-        self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
+        self.threads = max(1, threads)
         self.ctx = mp.get_context("spawn")
         self.keep_alive = keep_alive  # reuse the child processes across run() calls
         self._pool: list[_Worker] = []
@@ -291,12 +303,12 @@ class InProcessExecutor:
     worker processes (``attackaudit.compare`` on a model that does not pickle, or ``workers=0``).
 
     The jobs run under a worker's settings (``worker.worker_settings``: ``threads`` torch threads,
-    by default what ``LocalExecutor`` gives one worker; numba's optimisation level) and with a
+    ``JOB_THREADS`` as in ``LocalExecutor``; numba's optimisation level) and with a
     worker's progress rate, and the caller's settings come back afterwards, so that a job takes
     the time it takes in a worker (``benchmarks/in_process.py`` measures the ratio)."""
 
-    def __init__(self, threads: int | None = None) -> None:
-        self.threads = threads or max(1, os.cpu_count() or 1)
+    def __init__(self, threads: int = JOB_THREADS) -> None:
+        self.threads = max(1, threads)
 
     def run(self, jobs: Iterable[Job], run_dir: Path, on_done: OnDone,
             on_progress: OnProgress | None = None) -> None:
@@ -326,7 +338,7 @@ def _isolated_job(job: Job, run_dir: str, timeout_s: float, memory_limit_mb: int
     if _DASK_CHILD is None or (_DASK_CHILD.limits.timeout_s, _DASK_CHILD.limits.memory_limit_mb) != (
             timeout_s, memory_limit_mb):
         # one persistent child per Dask worker process: imports are paid once, not per job
-        _DASK_CHILD = LocalExecutor(1, Limits(timeout_s, memory_limit_mb), threads=1, keep_alive=True)
+        _DASK_CHILD = LocalExecutor(1, Limits(timeout_s, memory_limit_mb), keep_alive=True)
     results: list[dict] = []
     _DASK_CHILD.run([job], Path(run_dir), lambda _job, result: results.append(result))
     return results[0]

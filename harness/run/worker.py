@@ -215,9 +215,9 @@ def worker_settings(threads: int) -> Callable[[], None]:
     """Put this process in a worker's settings, which jobs are measured under; returns what puts
     back the previous ones (an in-process run gives the caller's process back as it was).
 
-    ``threads``: torch's intra-op threads (``LocalExecutor`` gives each worker its share of the
-    CPUs). numba's LLVM optimiser is most of the cost of compiling foolbox's Brendel-Bethge solver,
-    which happens once per process and norm and cannot be cached on disk (jitclass): at -O0 the
+    ``threads``: torch's intra-op threads (``executors.JOB_THREADS``: one, for results that do not
+    depend on the machine). numba's LLVM optimiser is most of the cost of compiling foolbox's
+    Brendel-Bethge solver, which happens once per process and norm and cannot be cached on disk (jitclass): at -O0 the
     compile takes ~40% less CPU (e.g. L2: 36 s against 58 s) while the solver runs ~1.4x slower on
     the digits zoo, a net gain below a few hundred BB jobs per worker. Same IEEE arithmetic (numba
     never enables fast-math by default), so the same results. A user's NUMBA_OPT wins (and numba
