@@ -40,7 +40,8 @@ class MinimalAttack(Protocol):
       the job ``invalid``. Success is re-checked on the unwrapped model, never trusted.
     """
 
-    def __call__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool = False,
+    def __call__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *,
+                 targeted: bool = False,  # pragma: no mutate
                  targets: Tensor | None = None) -> Tensor: ...
 
 
@@ -66,7 +67,8 @@ class FixedEpsAttack(Protocol):
     """
 
     def __call__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float | Tensor,
-                 targeted: bool = False, targets: Tensor | None = None) -> Tensor: ...
+                 targeted: bool = False,  # pragma: no mutate
+                 targets: Tensor | None = None) -> Tensor: ...
 
 
 #: what ``AttackSpec.run`` is: a MinimalAttack or a FixedEpsAttack, according to ``kind``

@@ -670,3 +670,23 @@ def test_bootstrap_resamples_images_on_every_model_together():
     k = (idx % 2 == 0).sum(axis=1)
     assert np.allclose(xi[:, 1], (2 * k + (4 - k)) / 8)
     assert np.array_equal(idx, np.random.default_rng(0).integers(0, 4, size=(5, 4)))
+
+
+def test_optimality_ci_is_the_95_percent_percentile_interval_of_the_image_bootstrap():
+    # one model, b/y 30% farther than a/x on every image; at α = 1e-12 b/y stays in the set (inconclusive)
+    t = table(job_rows("m", "a/x", "l2", BASE, family="f"), job_rows("m", "b/y", "l2", BASE * 1.3, family="f"))
+    r = recommend(t, None, n_boot=N_BOOT, seed=3, alpha=1e-12).iloc[0]
+    top, member = r.trust_set
+    assert member["implementation"] == "b/y"
+    # the same resamples by hand: N_BOOT draws of the 16 images with replacement (seed 3); in each,
+    # ε₀ = the largest envelope distance drawn, ξ = Σ(ε₀ − 1.3 d)₊ / Σ(ε₀ − d)₊ (a/x is the envelope)
+    idx = np.random.default_rng(3).integers(0, len(BASE), size=(N_BOOT, len(BASE)))
+    xi = []
+    for draw in idx:
+        d = BASE[draw]
+        eps0 = d.max()
+        xi.append(np.clip(eps0 - 1.3 * d, 0, None).sum() / (eps0 - d).sum())
+    lo, hi = np.percentile(xi, [2.5, 97.5])     # the documented 95% percentile interval
+    assert lo < hi
+    assert member["optimality_ci"] == pytest.approx([lo, hi], rel=1e-9, abs=1e-12)
+    assert top["optimality_ci"] == pytest.approx([1.0, 1.0]) and r.optimality_ci == top["optimality_ci"]

@@ -859,3 +859,17 @@ def test_below_exact_flags_sorts_by_gap_and_keeps_three():
     empty = true_optimality.below_exact_flags(t, _exact(EXACT_ROWS, model="other"))
     assert empty.empty and list(empty.columns) == ["model", "library", "library_version", "attack", "implementation",
                                                    "family", "norm", "flag", "evidence"]
+
+
+def test_minimal_failure_findings_a_bh_q_of_exactly_alpha_is_not_shown():
+    # 8 models: five fail 5 of 5 (p = 1/32 each), three fail none (p = 1). BH q of the five is
+    # min over ranks ≥ 5 of p·8/rank = (1/32)·8/5 = 1/20, α itself (also in float); shown means q < α
+    assert (1 / 32) * 8 / 5 == strength.ALPHA
+    fail = [_failing(f"m{i}", 5, 5) for i in range(5)]
+    sound = [_failing(f"m{i}", 0, 5) for i in range(5, 8)]
+    assert strength.minimal_failure_findings(tbl.prepare(synthetic.table(*fail, *sound))) == []
+    # a sixth model failing too: q = (1/32)·8/6 ≈ 0.042 < α, the six are shown
+    t = tbl.prepare(synthetic.table(*fail, _failing("m5", 5, 5), *sound[1:]))
+    (f,) = strength.minimal_failure_findings(t)
+    assert ("failed to break 5 of 5 on m0, 5 of 5 on m1, 5 of 5 on m2, 5 of 5 on m3, 5 of 5 on m4, 5 of 5 on m5 "
+            "images (BH q 0.042 ") in f["evidence"]

@@ -342,3 +342,105 @@ def test_a_criterion_moves_its_targets_and_an_untargeted_one_is_itself():
     assert isinstance(moved, Targeted) and moved.targets.tolist() == [1, 2]
     u = Untargeted()
     assert u.to("cpu") is u
+
+
+# ------------------------------------------------------------------------------------ attribution
+# Two originals, 0.2 and 0.8 in every pixel; queries are written as pixel lists. Every test below
+# works the attribution rule (the module docstring of attackaudit.measure.tracker) by hand, query by
+# query, and checks the forwards it charges; ``_run`` also runs the rule's one-row-at-a-time
+# reference (tests/reference_ledger.py) on the same queries, which must agree.
+X2 = images([0.2] * 4, [0.8] * 4)
+
+
+def _run(norm, queries, inputs=X2):
+    """Run ``queries`` ((hint or None, [pixel lists]) in order) on a tracker and on the reference
+    ledger over ``inputs`` (two images); the tracker's forwards per sample. A hint is given (``expect``)
+    only when it changes, as an attack would: it holds until the next one."""
+    from reference_ledger import ReferenceLedger, assert_agree
+
+    model = MeanModel()
+    t = QueryTracker(model, inputs, LABELS[:2], norm=norm)
+    ref = ReferenceLedger(model, inputs, LABELS[:2], norm=norm)
+    given = None
+    with torch.no_grad():
+        for hint, rows in queries:
+            if hint != given:
+                for ledger in (t, ref):
+                    ledger.expect(None if hint is None else torch.tensor(hint))
+                given = hint
+            for ledger in (t, ref):
+                ledger(images(*rows))
+    assert_agree(t, ref)
+    return t.forwards.tolist()
+
+
+def test_an_linf_anchor_box_is_at_most_2_wide_whatever_its_reach():
+    a0, a1 = [-50.0, 44.0, 0.2, 0.2], [-44.0, 50.0, 0.8, 0.8]
+    forwards = _run("linf", [
+        # far out, each row nearest its own original (L∞ 50.2 vs 50.8; 49.2 vs 49.8): both anchors
+        # move there; they are 6 apart, so each reach is 3
+        (None, [a0, a1]),
+        # sample 1 alone, 1.5 from its anchor: inside its box, so a known point of sample 1
+        ([1], [[-45.5, 48.5, 0.8, 0.8]]),
+        # a row 2.5 from sample 0's anchor: inside its reach (3) but outside the box (margin 2), so
+        # it goes to its nearest known point, sample 1's row 2 away: both rows are sample 1's
+        (None, [[-47.5, 46.5, 0.2, 0.2], a1]),
+    ])
+    assert forwards == [1, 4]
+
+
+def test_a_subset_query_s_moved_anchor_shrinks_the_reach_of_the_anchors_near_it():
+    # the originals differ in the first pixel only; every query moves the first two
+    def at(u, w):
+        return [u, w, 0.5, 0.5]
+
+    forwards = _run("l2", [
+        # sample 0's row to (0.2, 10), nearest its original (9.5 vs 9.52): its anchor moves there
+        (None, [at(0.2, 10.0), at(0.8, 0.5)]),
+        # sample 1 alone, each time nearest its own previous row: its anchor walks up to (0.8, 8)
+        ([1], [at(0.8, 1.0)]), ([1], [at(0.8, 2.0)]), ([1], [at(0.8, 4.0)]), ([1], [at(0.8, 8.0)]),
+        # the anchors are now 2.09 apart, so sample 0's reach is 1.04 (its original distance to
+        # sample 1's original would give 4.76): a row 1.53 from sample 0's anchor is not within
+        # reach and goes to its nearest known point, sample 1's last row (0.58 away)
+        ([0], [at(0.5, 8.5)]),
+    ], inputs=images(at(0.2, 0.5), at(0.8, 0.5)))
+    assert forwards == [1, 6]
+
+
+def test_the_expected_owners_of_a_query_are_checked_against_their_own_anchors():
+    # no hints: a single row's expected owner is the previous single row's owner
+    forwards = _run("l2", [
+        (None, [[0.21] * 4]),   # nothing expected: nearest sample 0
+        (None, [[0.81] * 4]),   # expected sample 0, far outside its reach: nearest sample 1
+        (None, [[0.21] * 4]),   # expected sample 1 now, far outside its reach: nearest sample 0
+    ])
+    assert forwards == [2, 1]
+
+
+def test_a_nan_query_row_does_not_blind_the_next_query_s_linf_distances():
+    nan = float("nan")
+    forwards = _run("linf", [
+        # an all-NaN row stays with its position (sample 0); the whole row set is the previous query
+        (None, [[nan] * 4, [0.8] * 4]),
+        # one row, nothing expected: nearest sample 1's original (0.01 away); the NaN row is no
+        # nearer than anything (its distance counts as infinite), not a reason to tie everything
+        (None, [[0.81] * 4]),
+    ])
+    assert forwards == [1, 2]
+
+
+class LeafModel(nn.Module):
+    """MeanModel's logits as a fresh leaf that requires grad (a model computed outside autograd,
+    e.g. in NumPy, handing back a tensor to differentiate): its output has no grad_fn."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            z = MeanModel()(x)
+        return z.clone().requires_grad_(True)
+
+
+def test_backwards_through_a_leaf_output_are_charged_on_the_in_order_path():
+    t = QueryTracker(LeafModel(), X2, LABELS[:2], norm="l2")
+    for step in range(3):  # the whole batch in order, near the originals: after the first, the fast path
+        t(X2 + 0.01 * step).sum().backward()
+    assert t.forwards.tolist() == [3, 3] and t.backwards.tolist() == [3, 3] and t.refused.tolist() == [0, 0]

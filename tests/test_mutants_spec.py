@@ -214,3 +214,18 @@ def test_num_classes_reads_the_trackers_count_or_costs_one_row():
     model.num_classes = torch.tensor(3)  # known without a query (the QueryTracker's attribute)
     n = num_classes(model, inputs)
     assert n == 3 and type(n) is int and model.rows == [1]
+
+
+# -- the attack protocols ------------------------------------------------------------------------------
+def test_the_attack_protocols_say_an_untargeted_call_passes_neither_targeted_nor_targets():
+    # the published signatures (docs/api.md renders them; plugin authors copy them): untargeted runs
+    # pass neither argument, so an attack must default to untargeted with no targets
+    import inspect
+
+    from attackaudit.adapters.spec import FixedEpsAttack, MinimalAttack
+
+    for protocol in (MinimalAttack, FixedEpsAttack):
+        params = inspect.signature(protocol.__call__).parameters
+        assert params["targeted"].default is False and params["targeted"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params["targets"].default is None
+    assert inspect.signature(FixedEpsAttack.__call__).parameters["eps"].default is inspect.Parameter.empty
