@@ -75,7 +75,22 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     t["targeted"] = t["targeted"].fillna(False).astype(bool)
     if t["targeted"].nunique() > 1:
         raise ValueError("the table mixes targeted and untargeted rows; split it by `targeted` first")
-    return t.drop_duplicates(JOB_KEY + ["sample"], keep="last").reset_index(drop=True)
+    return one_family(t.drop_duplicates(JOB_KEY + ["sample"], keep="last").reset_index(drop=True))
+
+
+def one_family(t: pd.DataFrame) -> pd.DataFrame:
+    """``t`` with each implementation's one non-empty family on all its rows. A job that failed
+    before its spec was resolved writes "" (``run.job.failure_rows``); grouped by the row's own
+    family, that one model's rows would form a second family of one member, judged apart (a
+    duplicated trust-board row, a gradient attack's envelope missing). One-line ValueError naming
+    an implementation with two non-empty families: which trust set it belongs to is not guessed."""
+    named = t.loc[t["family"] != "", [*IMPL_KEY, "family"]].drop_duplicates()
+    two = [f"{i}{f' {v}' if v else ''} has {' and '.join(sorted(g))}"
+           for (i, v), g in named.groupby(IMPL_KEY, sort=True)["family"] if len(g) > 1]
+    if two:
+        raise ValueError(f"an implementation must have one family across the table, but {'; '.join(two)}; "
+                         "fix the rows' family column (or split the table) first")
+    return t.assign(family=t[IMPL_KEY].merge(named, on=IMPL_KEY, how="left")["family"].fillna("").to_numpy())
 
 
 def is_twin(model: object) -> bool:

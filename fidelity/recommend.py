@@ -33,11 +33,10 @@ from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from . import paired_binary
-from .sample_size import images_to_decide
 from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, signed_rank_z,
                           swapped)
 from .evidence_text import relative, shown_text
-from .sample_size import decision_text
+from .sample_size import decision_text, images_to_decide
 from .flags import flagged
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
@@ -234,10 +233,11 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     pair that needs more "cannot be decided on this dataset"); ``style``: "cli" or "api", the
     caller's spelling of the sample count in advice.
     """
+    table = prepare(table)  # one family per implementation (prepare's one_family), for every grouping below
     board = leaderboard(table, eps_max=eps_max) if board is None else board
     if board.empty:
         return pd.DataFrame(columns=RECOMMEND_COLUMNS)
-    real = without_twins(prepare(table))
+    real = without_twins(table)
     long = long_distances(real)
     marks = flagged(flags_df)
     board = board.assign(queries=board["forwards"] + board["backwards"],
