@@ -356,6 +356,60 @@ def test_an_inconclusive_verdict_by_model_projects_images_at_the_adjusted_level(
         f": cannot be decided on this dataset (needs ≈{need1} images, it has {need1 - 1}))")
 
 
+def test_the_severity_text_lists_each_weighed_flag_once_under_its_weight_most_severe_first():
+    """The severities the verdict rule prints (``VERDICT_RULE``, in every audit report's JSON):
+    tiers from 3 down to 1, each flag under its own weight in ``SEVERITY``'s order, the flags that
+    compare with siblings (listed, never weighed) left out."""
+    from attackaudit.fidelity.diff import RELATIVE_FLAGS, SEVERITY, VERDICT_FLAGS, VERDICT_RULE, _severity_text
+
+    text = _severity_text()
+    assert text.startswith("3: crash, timeout, invalid, out_of_box, out_of_ball, ")
+    assert text.endswith("; 1: last_not_best, budget_overrun, nondeterminism")
+    tiers = [tier.split(": ") for tier in text.split("; ")]
+    assert [int(w) for w, _ in tiers] == [3, 2, 1]
+    listed = {w: names.split(", ") for w, names in tiers}
+    assert listed["2"] == ["shift_sensitivity", "eps_unused", "batch_dependence"]
+    every = [f for names in listed.values() for f in names]
+    assert sorted(every) == sorted(VERDICT_FLAGS - RELATIVE_FLAGS) and len(every) == len(set(every))
+    assert all(SEVERITY[f] == int(w) for w, names in listed.items() for f in names)
+    assert "optimality_gap" not in text and "below_expected_strength" not in text
+    assert f"new ({text}); mixed if" in VERDICT_RULE
+
+
+def test_a_best_margin_moved_by_float_rounding_near_zero_leaves_the_rows_identical():
+    """``best_margin`` is a difference of two logits: near the decision boundary a refactor moves
+    it by far more than 1e-6 relative (adv-lib FMN 0.2.2 → 0.2.6: 2.0164e-5 against 2.0127e-5)
+    while every distance and status is the same: the rows are identical (``MARGIN_ATOL``); a margin
+    that really moved is not."""
+    d = [0.2, 0.4, 0.3, 0.5]
+
+    def run(version, margins, first_returned=0.2):
+        return table(small_run(version, d, returned=[first_returned, 0.4, 0.3, 0.5])).assign(best_margin=margins)
+
+    none = {"flags_a": flag_rows(), "flags_b": flag_rows()}
+    a = run("0.2.2", [2.0164e-5, 0.5, 1.25, -3e-7])
+    r = diff(a, run("0.2.6", [2.0127e-5, 0.5, 1.25, 4e-7]), **none).iloc[0]
+    assert r.identical and r.verdict == "unchanged" and r.answer == "identical"
+    moved = diff(a, run("0.2.6", [2.0164e-5, 0.5, 1.25, 5e-6]), **none).iloc[0]
+    assert not moved.identical and moved.answer != "identical"
+    # the absolute tolerance is the margins' only: a returned distance 5e-7 apart near 0 differs
+    margins = [2.0164e-5, 0.5, 1.25, -3e-7]
+    assert not diff(run("0.2.2", margins, 1e-3), run("0.2.6", margins, 1e-3 + 5e-7), **none).iloc[0].identical
+    assert diff(run("0.2.2", margins, 1e-3), run("0.2.6", margins, 1e-3), **none).iloc[0].identical
+
+
+def test_the_diff_of_two_runs_without_a_real_model_row_has_the_diff_columns():
+    """Two empty runs, or runs of twins only (no row of a real model to compare): no row, but the
+    columns every reader of a diff indexes."""
+    none = {"flags_a": flag_rows(), "flags_b": flag_rows()}
+    empty = table(small_run("1.0", [0.3]))[:0]
+    d = diff(empty, empty, **none)
+    assert d.empty and list(d.columns) == DIFF_COLUMNS
+    twins = table(small_run("1.0", [0.3, 0.4], model="m1~shift"))
+    d = diff(twins, twins, **none)
+    assert d.empty and list(d.columns) == DIFF_COLUMNS
+
+
 # ================================================================================== flags.py
 from attackaudit.fidelity.flags import _causes, _nondeterminism, _per_job, flags  # noqa: E402
 from attackaudit.fidelity._table import prepare, with_envelope  # noqa: E402
@@ -579,6 +633,22 @@ def test_an_optimality_gap_names_the_better_sibling_and_both_endpoints():
         "its 1 models) on 30 images")
 
 
+def test_an_optimality_gap_on_two_models_is_flagged_on_each_with_bh_over_the_two():
+    """The gap is tested per model (the implementation's models are its multiplicity family): a
+    worse sibling on two models is flagged on each, BH over those two, never on a pooled row."""
+    from attackaudit.fidelity.flags import optimality_gap
+    rng = np.random.default_rng(1)
+    jobs = []
+    for m in ("m1", "m2"):
+        d = rng.uniform(0.1, 0.5, 30)
+        w = d * 1.5
+        w[:3] = np.inf
+        jobs += [job_rows(m, "x/pgd", "linf", d, family="pgd"), job_rows(m, "y/pgd", "linf", w, family="pgd")]
+    found = optimality_gap(table(*jobs))
+    assert [(f["model"], f["implementation"]) for f in found] == [("m1", "y/pgd"), ("m2", "y/pgd")]
+    assert all(f["evidence"].endswith("over its 2 models) on 30 images") for f in found)
+
+
 def test_a_single_worse_return_is_never_a_last_not_best_pattern():
     """One image of one broken image is significant at the minimal null rate (p = 0.025) but one
     stray image is not a pattern (LAST_NOT_BEST_MIN_IMAGES = 2)."""
@@ -632,3 +702,43 @@ def test_hodges_lehmann_is_exact_up_to_the_largest_exact_size():
     assert x.size * (x.size + 1) // 2 == WALSH_EXACT_MAX
     i, j = np.triu_indices(x.size)
     assert hodges_lehmann(x) == float(np.median((x[i] + x[j]) / 2))
+
+
+def test_a_pair_that_breaks_more_images_but_farther_is_mixed_and_directed_by_its_stronger_endpoint():
+    """``a`` breaks 30 images ``b`` cannot (failure endpoint: a better) and is 20% farther on the
+    12 images both broke (distance endpoint: b better, exact p ≈ 0.0005): each endpoint is beyond its
+    margin the other way, so the pair is ``mixed``, and its ``direction`` is the failure endpoint's
+    (the smaller difference p)."""
+    old = np.random.default_rng(2).uniform(0.2, 0.6, 100)
+    a, b = old * 1.2, old.copy()
+    a[12:42] = old[12:42]    # only a broke these 30
+    b[12:] = np.inf
+    a[42:] = np.inf          # neither broke the rest
+    res = compare(pair_values(a[None], b[None]))
+    assert (res["broke_only_a"], res["broke_only_b"], res["n_both"]) == (30, 0, 12)
+    assert res["p_failure_different"] < res["p_distance_different"] < 0.05
+    assert res["mixed"] is True and res["direction"] == -1
+    # the distance endpoint alone (both broke the same images): b better, not mixed
+    alone = compare(pair_values((old * 1.2)[None], old[None]))
+    assert alone["mixed"] is False and alone["direction"] == 1
+
+
+def test_with_nothing_beyond_a_margin_the_direction_is_the_larger_effect_relative_to_its_margin():
+    """Inside both margins the direction only words the result: the endpoint whose estimate is the
+    larger share of its own margin (5 points of failure rate, δ of the log ratio) gives it."""
+    old = np.random.default_rng(4).uniform(0.2, 0.6, 100)
+
+    def pair(only_b, factor):
+        a, b = old * factor, old.copy()
+        a[:only_b] = np.inf      # b alone broke these: a's failure rate is higher
+        return compare(pair_values(a[None], b[None]))
+
+    # a fails 4 points more (0.8 of the margin), is 1% closer (0.2 of δ): the failures decide, b
+    res = pair(4, 0.99)
+    assert res["p_failure_different"] == res["p_distance_different"] == 1.0
+    assert res["fail_a"] - res["fail_b"] == pytest.approx(0.04) and res["estimate"] == pytest.approx(np.log(0.99))
+    assert res["direction"] == 1
+    # a fails 1 point more (0.2 of the margin), is 3% closer (0.6 of δ): the distances decide, a
+    res = pair(1, 0.97)
+    assert res["p_failure_different"] == res["p_distance_different"] == 1.0
+    assert res["direction"] == -1
