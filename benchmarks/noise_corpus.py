@@ -9,7 +9,7 @@ grid attacks the same images):
 
 | grid | models | attacks | what it measures |
 |---|---|---|---|
-| ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec but the slowest (``SLOW``; the seed twins: those ``needs_seed_twin`` gives one) | seed noise: each randomised spec with two seeds |
+| ``base`` | ``digits-mlp``, ``digits-cnn``, ``digits-cnn-at-linf`` (adversarially trained: the hard model) and their seed twins ``~seed`` | every built-in spec (the seed twins: those ``needs_seed_twin`` gives one); the slowest (``SLOW``) only when named with ``--specs`` | seed noise: each randomised spec with two seeds |
 | ``split`` | ``digits-mlp~split``, ``digits-cnn~split`` (all 64 images) | the deterministic specs | batch against one image per call |
 | ``shift`` | ``digits-mlp~shift`` | every spec | the shift twin's float32 noise |
 | ``batch`` | ``digits-mlp~batch`` (64 images, reversed, with 32 companions in the call) | every spec | batch against another batch arrangement |
@@ -31,8 +31,9 @@ merged (load 2–3, another engineer's tests beside): split 387 s, batch 358 s, 
 are judged against; its seed twin's rows kept); then the split twin on ``digits-mlp`` and
 ``digits-cnn`` at all 64 images with ``digits-cnn``'s base rows (``--grids split base --models
 digits-mlp~split digits-cnn~split digits-cnn --merge``): base 568 s, split 1409 s for 118 jobs,
-beside a mutation run. The settings and row counts are in
-fidelity/README.md, "Real noise"."""
+beside a mutation run; then the ``SLOW`` specs, on every grid (``--specs <the seven keys> --grids
+base split batch shift --merge``), in one run beside other work whose time was not kept. The
+settings and row counts are in fidelity/README.md, "Real noise"."""
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,10 @@ SHIFT_MODELS = ["digits-mlp"]
 BATCH_MODELS = ["digits-mlp"]
 #: images of the batch-split twins (the first ones of the subset: subsets nest)
 SPLIT_SAMPLES = 64
-#: deterministic specs left out for time: on the shared 2-core machine foolbox's Brendel-Bethge took
-#: 360 s for one 64-image job (its numba compile included), ART's C&W and EAD run one image per
-#: call anyway (batch_size=1) at tens of seconds per job; the corpus has every other built-in
+#: specs a default run leaves out for time: on the shared 2-core machine foolbox's Brendel-Bethge
+#: took 360 s for one 64-image job (its numba compile included), ART's C&W and EAD run one image
+#: per call anyway (batch_size=1) at tens of seconds per job. The stored corpus has them: they were
+#: run apart, named with ``--specs`` and merged (``--merge``)
 SLOW = frozenset({"foolbox/L0BrendelBethgeAttack/l0", "foolbox/L1BrendelBethgeAttack/l1",
                   "foolbox/L2BrendelBethgeAttack/l2", "foolbox/LinfinityBrendelBethgeAttack/linf",
                   "art/CarliniL2Method/l2", "art/CarliniLInfMethod/linf", "art/ElasticNet/l1"})
