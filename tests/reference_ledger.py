@@ -100,6 +100,7 @@ class ReferenceLedger(nn.Module):
         self.refused = [0] * self.n
         self.anchor = [self.flat[i].clone() for i in range(self.n)]
         self.reach = self._reach()
+        self.origin_reach = list(self.reach)  # the originals' own reaches (step 4)
         self.previous: tuple[list[list[float]], list[int]] | None = None
         self.hint: list[int] | None = None
         self.kept: list[list[tuple[Tensor, Tensor]]] = [[] for _ in range(self.n)]  # sorted, earliest first
@@ -141,8 +142,8 @@ class ReferenceLedger(nn.Module):
             return None
         return owners if len(set(owners)) == b else None
 
-    def _within_reach(self, row: Tensor, i: int) -> bool:  # step 3
-        a, h = self.anchor[i], self.reach[i]
+    def _within_reach(self, row: Tensor, i: int, *, original: bool = False) -> bool:  # step 3
+        a, h = (self.flat[i], self.origin_reach[i]) if original else (self.anchor[i], self.reach[i])
         if self.attribution_norm == "linf":  # the box in the inputs' dtype, as the rule says
             m = torch.tensor(h, dtype=a.dtype).sub(BOX_MARGIN).clamp(min=0).clamp(max=2.0)
             return bool(((a - m <= row) & (row <= a + m)).all())
@@ -161,6 +162,11 @@ class ReferenceLedger(nn.Module):
                 if self._within_reach(rows[p], expected[p]):
                     owners[p] = expected[p]
         needed_step4 = None in owners
+        if expected is not None and self.previous is not None and len(self.previous[1]) == b:
+            for p in range(b):  # step 4: E[p]'s at this position before, within reach of no original
+                if owners[p] is None and self.previous[1][p] == expected[p] and not any(
+                        self._within_reach(rows[p], i, original=True) for i in range(self.n)):
+                    owners[p] = expected[p]
         known = list(self.originals)
         known_owner = list(range(self.n))
         if self.previous is not None:

@@ -30,6 +30,9 @@ class Attribution:
         self._originals, self._shape, self.norm, self.arange = originals, shape, norm, arange
         self._norm = attribution_norm(norm)
         self.set_anchor(originals, is_origin=True)
+        #: the originals with their reaches among themselves (the anchor at the start), for
+        #: step 4's test of whether a row is near some sample's clean image
+        self._origin = (originals, self.reach, self.box)
         #: the previous non-empty query: its rows (a private copy, B×D) and owners (B)
         self.previous: tuple[Tensor, Tensor] | None = None
         #: whether ``previous``'s rows live in a slot of the query window (which must move them
@@ -129,10 +132,19 @@ class Attribution:
                 ok = lp_norm(rows - anchor, self._norm) < half
                 if bool(ok.all()):
                     return owners, kind, into.copy_(rows), True
+            if self.previous is not None and len(self.previous[1]) == b and not bool(ok.all()):
+                # step 4, first part: a row within reach of no original is near no sample's clean
+                # image; where the previous query's row at its position was its expected owner's,
+                # it stays there. Iterates far from their originals can come as near each other
+                # as they like (Brendel-Bethge's L0 steps put two digits' iterates 0.26 apart in
+                # L1, 28 from their originals), so being near another's iterate does not count
+                kept = ~ok & (self.previous[1] == owners)
+                ok |= kept & ~self._within_any_reach(rows, kept)
             idx = torch.where(ok, owners, -1)
         else:
             idx = torch.full((b,), -1, dtype=torch.long, device=rows.device)
-        idx = self._nearest_known(rows, idx, owners, used)
+        if bool((idx < 0).any()):
+            idx = self._nearest_known(rows, idx, owners, used)
         copy = rows.clone()  # the attack may change its tensor in place
         if expected is not None and torch.equal(idx, owners):  # resolved as expected after all
             if bool(torch.isfinite(copy).all()):  # step 5
@@ -144,6 +156,25 @@ class Attribution:
                     self.set_anchor(anchor, is_origin=False)
             return idx, kind, copy, False
         return idx, "any", copy, False
+
+    def _within_any_reach(self, rows: Tensor, among: Tensor) -> Tensor:
+        """Which of ``rows`` (B×D) selected by ``among`` (B bools) lie within reach (step 3's test)
+        of some original, each with its reach among the originals (B bools, False outside
+        ``among``). NaN fails, as in step 3."""
+        out = torch.zeros_like(among)
+        sel = among.nonzero().squeeze(1)
+        if not len(sel):
+            return out
+        originals, reach, box = self._origin
+        if box is None:
+            out[sel] = (pairwise_distance(rows[sel], originals, self.norm) < reach.unsqueeze(0)).any(1)  # NaN fails
+            return out
+        chosen = rows[sel].unsqueeze(1)  # the boxes, in chunks of rows: B×N×D at once can be large
+        step = max(1, (1 << 22) // max(1, box[0].numel()))
+        found = torch.cat([((chosen[k:k + step] >= box[0]) & (chosen[k:k + step] <= box[1])).all(2).any(1)
+                           for k in range(0, len(sel), step)])
+        out[sel] = found
+        return out
 
     def _nearest_known(self, rows: Tensor, idx: Tensor, expected: Tensor | None,
                        used: Callable[[], list[int]]) -> Tensor:
