@@ -257,3 +257,50 @@ def test_the_plot_of_a_family_and_norm(run):
     with pytest.raises(ValueError) as caught:
         result.plot("pgd", "l2")
     assert str(caught.value) == "family 'pgd' under norm 'l2' has no results in this run"
+
+
+def test_progress_false_shows_no_progress_bar_and_true_shows_the_jobs_bar(digits, tmp_path, capfd):
+    model, x, y = digits
+    kwargs = dict(libraries="probe", attacks=["probe/descent"], plugins=[PROBE], samples=2, budget=20, workers=0)
+    attackaudit.compare(model, x, y, progress=False, out=tmp_path / "quiet", **kwargs)
+    assert "jobs" not in capfd.readouterr().err
+    attackaudit.compare(model, x, y, progress=True, out=tmp_path / "bars", **kwargs)
+    assert "jobs:" in capfd.readouterr().err
+
+
+def test_the_plot_draws_implementations_in_their_own_colours_under_a_small_legend(run):
+    result, _ = run
+    (ax,) = result.plot("descent", "l2").axes
+    envelope, impl = ax.get_lines()
+    assert envelope.get_color() == "black" and impl.get_color() not in ("black", "k", (0, 0, 0, 1))
+    assert [t.get_fontsize() for t in ax.get_legend().get_texts()] == [7, 7]
+
+
+def test_the_notebook_file_is_json_indented_as_the_run_s_other_files(run):
+    _, out = run
+    text = (out / NOTEBOOK_FILE).read_text()
+    assert text == json.dumps(json.loads(text), indent=2) + "\n"
+
+
+def test_a_harness_fault_is_raised_in_compare_s_words_with_the_way_around_it(digits, tmp_path, monkeypatch):
+    import attackaudit.run.runner as runner
+    from attackaudit.reports.wording import speak
+    from attackaudit.run.faults import HarnessFault
+
+    cause = "every job failed before its attack started: ImportError: no module x; rerun with --samples 2"
+    where = "/r/jobs/a.traceback.txt)"
+
+    def fault(config, **kwargs):
+        raise HarnessFault(f"{cause} (the traceback: {where}")
+
+    monkeypatch.setattr(runner, "run", fault)
+    model, x, y = digits
+    kwargs = dict(libraries="probe", attacks=["probe/descent"], plugins=[PROBE], samples=2, progress=False)
+    with pytest.raises(HarnessFault) as caught:
+        attackaudit.compare(model, x, y, workers=0, out=tmp_path / "in-process", **kwargs)
+    spoken = speak(f"{cause} (the traceback: {where}", "api")
+    assert str(caught.value) == spoken and "ImportError: no module x" in spoken and "--samples" not in spoken
+    with pytest.raises(HarnessFault) as caught:
+        attackaudit.compare(model, x, y, workers=1, out=tmp_path / "isolated", **kwargs)
+    head = spoken.rpartition(" (the traceback: ")[0]
+    assert str(caught.value) == f"{head}, or pass workers=0 to run the jobs in this process (the traceback: {where}"

@@ -218,3 +218,104 @@ def test_the_child_checks_it_runs_under_the_configs_interpreter(tmp_path):
     request.write_text(json.dumps({"out": str(tmp_path / "run"), "python": "/bin/sh"}))
     assert audit_env._child(str(request), str(answer)) == 2
     assert json.loads(answer.read_text()) == {"error": f"expected to run under /bin/sh, not {sys.executable}"}
+
+
+def test_an_empty_error_of_the_run_is_named_by_its_class(tmp_path, monkeypatch):
+    import attackaudit.run.runner as runner
+
+    def fail(config):
+        raise ValueError()
+
+    monkeypatch.setattr(runner, "run", fail)
+    request, answer = tmp_path / "config.json", tmp_path / "summary.json"
+    request.write_text(json.dumps({"out": str(tmp_path / "run"), "python": sys.executable}))
+    assert audit_env._child(str(request), str(answer)) == 2
+    assert json.loads(answer.read_text()) == {"error": "ValueError"}
+
+
+# -- building an environment: a candidate with one dependency the project lacks ------------------------
+@pytest.fixture
+def offline_candidate(tmp_path, monkeypatch):
+    """A source tree of ``tinydist`` 0.1 (package ``tinypkg``) that requires ``tinydep``, whose
+    wheel is in a local directory pip finds with the index off; (the tree, its expected version)."""
+    import subprocess
+
+    dep = tree(tmp_path / "dep", {
+        "pyproject.toml": ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+                           '[project]\nname = "tinydep"\nversion = "0.3"\n'
+                           '[tool.setuptools]\npackages = ["tinydep"]\n'),
+        "tinydep/__init__.py": "VALUE = 3\n"})
+    wheels = tmp_path / "wheels"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                           "-q", "-w", str(wheels), str(dep)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    src = tree(tmp_path / "src", {
+        "pyproject.toml": ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+                           '[project]\nname = "tinydist"\nversion = "0.1"\ndependencies = ["tinydep>=0.2"]\n'
+                           '[tool.setuptools]\npackages = ["tinypkg"]\n'),
+        "tinypkg/__init__.py": "import tinydep\nVALUE = tinydep.VALUE\n"})
+    monkeypatch.setenv("ATTACKAUDIT_PIP_ARGS", f"{NO_INDEX} --find-links {wheels}")
+    return src, f"0.1+c{content_hash(src)}"
+
+
+def inspect_by_importing(calls: list):
+    """An ``_inspect`` that asks the environment's own interpreter which version of the
+    distribution it imports (``tinypkg`` has no adapter, so the real one would say "unavailable")."""
+    import subprocess
+
+    def inspect(python, dist, library, smoke=False):
+        calls.append(python)
+        code = f"import importlib.metadata as M, {library}; print(M.version({dist!r}))"
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+        return {"version": proc.stdout.strip(), "available": True, "reason": "", "specs": [f"{library}/a/l2"],
+                "imports": True}
+    return inspect
+
+
+def test_a_candidate_environment_is_built_recorded_and_reused(tmp_path, offline_candidate, monkeypatch):
+    src, version = offline_candidate
+    calls = []
+    monkeypatch.setattr(audit_env, "_inspect", inspect_by_importing(calls))
+    env = prepare_env("tinydist", "", "tinypkg", cache=tmp_path / "cache", source=src)
+    final = Path(env.path)
+    assert final.parent == tmp_path / "cache" / "envs" and final.name.startswith("tinydist-c")
+    assert (env.dist, env.library, env.version, env.reused) == ("tinydist", "tinypkg", version, False)
+    assert env.python == str(final / "bin" / "python") and Path(env.python).exists()
+    (inspected,) = calls  # under its own interpreter, in the directory it was built in before the rename
+    assert Path(inspected).relative_to(final.parent).parts[1:] == ("bin", "python")
+    assert env.site_packages == str(_site_packages(final)) and (Path(env.site_packages) / "tinydep").is_dir()
+    assert (env.source, env.content_hash) == (str(src), content_hash(src))
+    assert env.specs == ["tinypkg/a/l2"] and env.added_requirements == ["tinydep==0.3"] and env.warnings == []
+    assert [(r["name"], r["version"], r["requirement"]) for r in env.resolved] == [("tinydep", "0.3", "tinydep>=0.2")]
+    assert env.unmet == [] and len(env.key) == 8 and final.name.endswith(f"-{env.key}")
+    meta = json.loads((final / MARKER).read_text())
+    assert meta["version"] == version and meta["key"] == env.key and meta["consulted"] == {"tinydep": None}
+    assert [d.name for d in (tmp_path / "cache" / "envs").iterdir() if d.is_dir()] == [final.name]  # no leftovers
+    again = prepare_env("tinydist", "", "tinypkg", cache=tmp_path / "cache", source=src)
+    assert again.reused and (again.path, again.key, again.version) == (env.path, env.key, version)
+    assert again.added_requirements == ["tinydep==0.3"] and len(calls) == 1
+
+
+def test_an_implied_requirement_is_tried_once_then_the_release_is_refused_in_one_line(
+        tmp_path, offline_candidate, monkeypatch):
+    """A release whose import lacks ``pkg_resources`` gets ``setuptools<82`` (IMPLIED) once; when
+    that does not cure it, preparation stops with one line instead of trying again forever."""
+    src, version = offline_candidate
+    calls = []
+
+    def inspect(python, dist, library, smoke=False):
+        calls.append(python)
+        if len(calls) > 2:
+            raise AssertionError("the same implied requirement was applied again")
+        return {"version": version, "available": False, "specs": [],
+                "reason": "ModuleNotFoundError: No module named 'pkg_resources'"}
+
+    monkeypatch.setattr(audit_env, "_inspect", inspect)
+    with pytest.raises(AuditEnvError) as caught:
+        prepare_env("tinydist", "", "tinypkg", cache=tmp_path / "cache", source=src)
+    assert len(calls) == 2
+    message = str(caught.value)
+    assert message.startswith(f"tinydist@{src} does not work here (Python ") and "\n" not in message
+    assert ": ModuleNotFoundError: No module named 'pkg_resources'" in message
+    assert "setuptools<82" in message  # the pin it could not meet here, named
+    assert not [d for d in (tmp_path / "cache" / "envs").iterdir() if d.is_dir()]  # nothing left behind
