@@ -77,6 +77,36 @@ def test_distinct_perturbed_rows_are_never_defaults(n, step):
     assert not default_outputs(rows, inputs)[0].any()
 
 
+class _FirstPixelBelow(torch.nn.Module):
+    """Class 1 exactly where the first pixel is below 0.1 (the all-zero image is class 1)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = x.flatten(1)[:, :1]
+        return torch.cat([first - 0.1, 0.1 - first], 1)
+
+
+def test_a_default_the_attack_queried_itself_is_dropped_from_the_bests():
+    """foolbox's C&W L2 queries the all-zero image it returns for every failed image: one output
+    shared by images never counts, even when the attack evaluated it (the next kept one stands)."""
+    from attackaudit.measure.tracker import QueryTracker
+    # a walk away from digit a (the rows of a step stay with their positions, attribution step 4)
+    inputs = torch.tensor([[0.5, 0.4, 0.4, 0.4], [0.5, 1.0, 1.0, 1.0]]).view(2, 1, 2, 2)
+    labels = torch.zeros(2, dtype=torch.long)
+    tracker = QueryTracker(_FirstPixelBelow(), inputs, labels, norm="l2", budget=10)
+    for first_row in ([0.15, 0.4, 0.4, 0.4], [0.0, 1.0, 0.0, 1.0]):  # the second: adversarial, far
+        step = inputs.clone()
+        step[0] = torch.tensor(first_row).view(1, 2, 2)
+        tracker(step)
+    tracker(torch.zeros_like(inputs))  # the shared default: adversarial on both, nearer a
+    assert torch.allclose(tracker.best_distance, torch.tensor([0.73, 3.25]).sqrt())
+    assert tracker.drop_shared_bests().tolist() == [1, 1]
+    assert torch.allclose(tracker.best_distance[0], torch.tensor(1.13).sqrt())
+    assert tracker.best_distance[1] == float("inf")
+    alone = QueryTracker(_FirstPixelBelow(), inputs[:1], labels[:1], norm="l2", budget=10)
+    alone(torch.zeros_like(inputs[:1]))  # one image's constant output is no shared one: it stands
+    assert alone.drop_shared_bests().tolist() == [0] and torch.isfinite(alone.best_distance).all()
+
+
 # ---------------------------------------------------------------- fallback_output (real attacks)
 FALLBACK = ["defects/zero_fallback/linf", "defects/zero_fallback_pgd/linf", "foolbox/L2CarliniWagnerAttack/l2"]
 SOUND = ["defects/pgd/linf", "adv_lib/ddn/l2", "foolbox/L2DeepFoolAttack/l2", "art/DeepFool/l2",

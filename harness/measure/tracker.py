@@ -52,18 +52,17 @@ Each forward call of B rows, in call order:
    candidates of smallest distance, the earliest of equal ones; order: the clean input (distance 0,
    when it is adversarial) first, then rows in call order and row order, then the returned batch
    (``offer``). ``recheck`` (end of job) evaluates the kept points on the unwrapped model, uncounted:
-   a best that is not adversarial there is dropped for the next kept one that is, or for nothing.
+   a best that is not adversarial there is dropped for the next kept one that is, or for nothing;
+   before the returned batch, ``drop_shared_bests`` drops a best that is one output shared by
+   several samples whose originals differ (a default the attack queried itself).
 
 Where each step lives: steps 2–5 and the state in ``attribution.py`` (``Attribution``), step 6
 in ``query_ledger.py`` (``QueryLedger``: counts, budget, refusals), step 7 in ``best_keeper.py``
 (``BestKeeper``), and the rows and logits that wait for step 7 in ``query_window.py``
 (``QueryWindow``). The tracker below composes them and is the only one that sees a query whole.
 
-On a small model (the digits CNN) every tensor operation of the tracker costs a visible fraction
-of a forward pass, so the common query — the whole batch, in order, near where the last one was —
-takes a path of a handful of operations (``_forward_in_order``): one containment test (step 3), a
-counter in Python, and copies of the rows and logits whose best-candidate bookkeeping is done for
-many queries at once (``_flush``); its backward, a counter in Python.
+The common query (the whole batch, in order, near the last one) takes ``_forward_in_order``: one
+containment test (step 3), a counter, and bookkeeping deferred for many queries (``_flush``).
 """
 from __future__ import annotations
 
@@ -106,12 +105,10 @@ class QueryTracker(nn.Module):
                  budget: int = 2000, criterion: Criterion | None = None, targeted: bool = False,
                  targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
                  clean_logits: Tensor | None = None) -> None:
-        """``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)`` (N targets);
-        ``targeted=True, targets=...`` is the older spelling of the same.
-        ``on_progress(queries)``: told, every batch of deferred queries, the most queries any
-        sample has used so far (what a progress bar inside a long job shows).
-        ``clean_logits`` (N×classes): the model's logits on ``inputs``, when the caller has them
-        (the harness computes them once per model, not once per job)."""
+        """``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)`` (N targets;
+        ``targeted=True, targets=...`` is the older spelling). ``on_progress(queries)``: told, every
+        batch of deferred queries, the most queries any sample has used (a progress bar's count).
+        ``clean_logits`` (N×classes): the model's logits on ``inputs``, when the caller has them."""
         super().__init__()
         self.on_progress = on_progress
         if criterion is None:
@@ -122,8 +119,7 @@ class QueryTracker(nn.Module):
             raise ValueError("give QueryTracker either criterion= or targeted=/targets=, not both")
         self.criterion = criterion
         self.model = model.eval()
-        # the same module outside ``_modules``: read on every query, where ``nn.Module.__getattr__``
-        # (the lookup of a submodule) costs more than the attribute itself
+        # outside ``_modules``: ``nn.Module.__getattr__`` on every query costs more than the model
         object.__setattr__(self, "_inner", self.model)
         self.norm = norm
         self.targeted = criterion.targeted
@@ -142,10 +138,8 @@ class QueryTracker(nn.Module):
                                    max_bytes=DEFERRED_BYTES)
         # whether the whole-batch-in-order query can take ``_forward_in_order`` (see there)
         self._fast_ready = False
-        # The clean logits (clean accuracy; distance 0 where the clean input is adversarial). Most
-        # minimum-norm attacks query the clean batch first: those logits are taken from that
-        # query, and the extra clean forward (a few % of a short attack on a large model) is
-        # only run when the results are read without such a query having happened.
+        # The clean logits come from the attack's first clean-batch query where there is one; an
+        # extra clean forward (a few % of a short attack) only when results are read without it.
         self._clean_correct: Tensor | None = None
         self._clean_adversarial: Tensor | None = None
         self._first_in_order = True
@@ -309,10 +303,8 @@ class QueryTracker(nn.Module):
         nobody at the budget (the caller checks that) — in the fewest operations; None (nothing
         done) when the rows are not all within reach, for the general path to resolve.
 
-        The same steps as the general path takes for such a query (3, 6, the deferral of 7), without
-        its per-query Python: on the digits CNN a forward and backward take a few milliseconds, and
-        every tensor operation or method call of the tracker costs microseconds more than a
-        microbenchmark shows, run between the model's own operations (cold caches).
+        The general path's steps 3, 6 and 7's deferral without its per-query Python, which costs
+        a visible fraction of a digits-CNN forward (milliseconds).
         """
         window = self._window
         k = window.count
@@ -394,13 +386,11 @@ class QueryTracker(nn.Module):
 
     def fallbacks(self, returned: Tensor, idx: Tensor | None = None,
                   closer_only: bool = True) -> tuple[Tensor, list[str]]:
-        """Which rows the attack returned for samples ``idx`` (B; None: all N, in order) are
-        fallbacks (harness/measure/fallback.py): a default output (shared by images, or a constant
-        image) that is adversarial on the unwrapped model (uncounted) and, with ``closer_only``,
-        closer than every adversarial the queries so far found, so never among them (a fixed-ε
-        call's default is a fallback wherever it lies: the search would take it for the call's
-        success); in a targeted run also one shared by several images and misclassified as a third
-        class (it would read as a target ignored). (B bools, B descriptions)."""
+        """Which returned rows of samples ``idx`` (B; None: all N) are fallbacks (fallback.py): a
+        default output adversarial on the unwrapped model (uncounted) and, with ``closer_only``,
+        closer than every adversarial the queries found (a fixed-ε call's default counts wherever
+        it lies); targeted, also one shared by images in a third class (a target ignored, to
+        read). (B bools, B descriptions)."""
         idx = self._arange if idx is None else idx.to(self._flat.device)
         rows = returned.detach().reshape(len(idx), -1).to(self._flat.dtype).clamp(0, 1)
         default, words = default_outputs(rows, self._flat[idx])
@@ -435,6 +425,14 @@ class QueryTracker(nn.Module):
             margin = z.scatter(1, self.labels.view(-1, 1), float("-inf")).amax(1) - own
         scale = z.abs().amax(1).clamp_min(1e-12)
         return torch.where(torch.isfinite(self.best_distance), margin / scale, torch.full_like(margin, float("nan")))
+
+    def drop_shared_bests(self) -> Tensor:
+        """Rule, step 7: a best that is one output shared by samples whose originals differ (foolbox's
+        C&W L2 queries its all-zero default) gives way to the next kept one. Dropped per sample (N)."""
+        self._finish()
+        return self._keeper.drop_unconfirmed(lambda points, owners: torch.tensor(
+            [not is_shared(w) for w in default_outputs(points, self._flat[owners])[1]],
+            dtype=torch.bool, device=points.device))
 
     def recheck(self) -> Tensor:
         """End of job: evaluate each sample's best on the unwrapped model, uncounted; one that is

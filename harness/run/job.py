@@ -318,6 +318,7 @@ def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, 
     ret_adv = np.zeros(n, dtype=bool)
     ret_dist = np.full(n, np.inf)
     fallback = outcome.record.fallback if outcome.record is not None else [""] * n
+    tracker.drop_shared_bests()  # a default the attack queried itself never counts (fallback_output)
     if status == "ok":
         adv = outcome.returned.detach().to(device=x.device, dtype=x.dtype).clamp(0, 1)
         # a default output closer than anything the queries found never counts (fallback_output)
