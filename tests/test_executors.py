@@ -78,3 +78,21 @@ def test_each_attack_stays_on_the_worker_that_first_ran_it():
     assert sorted(len(r) for r in ran.values()) == [3, 3]  # the last attack is shared: nobody idles
     # with nothing else left, a worker takes another worker's attack rather than idle
     assert _next_for([Job(run="r", model="m", spec_key="x/y/l2")], "", {"x/y/l2"}) == 0
+
+
+def test_a_slow_worker_start_is_ours_and_not_the_job_s_timeout(tmp_path, monkeypatch):
+    """The job's --timeout counts from the end of the worker's imports (seconds of torch on a loaded
+    machine: CI once timed a plugin's attack out at 8 s before it started). A start past
+    START_TIMEOUT_S is a harness_error, never the library's timeout."""
+    from attackaudit.run import executors
+    from attackaudit.run.runner import plan
+
+    config = resolve(None, {**GRID, "attacks": ["adv_lib/ddn"], "out": str(tmp_path / "p")})
+    (job,) = plan(config).jobs
+    results = []
+    monkeypatch.setattr(executors, "LIMIT_CHECK_S", 0.02)
+    monkeypatch.setattr(executors, "START_TIMEOUT_S", 0.05)  # no spawned worker imports torch so fast
+    executors.LocalExecutor(1, executors.Limits(timeout_s=3600)).run([job], tmp_path / "slow",
+                                                                      lambda j, r: results.append(r))
+    assert [r["status"] for r in results] == ["harness_error"]
+    assert "did not finish starting within 0.05 s" in results[0]["error"]

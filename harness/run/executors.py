@@ -166,6 +166,11 @@ def _next_for(queue: list[Job], last_spec: str, others: set[str] = frozenset()) 
     return next((i for i, job in enumerate(queue) if job.spec_key not in others), 0)
 
 
+#: seconds a worker may take to start (its imports: torch and the libraries, seconds on a loaded
+#: machine) before a job sent to it is ``harness_error``. The job's --timeout counts from the
+#: end of the imports: a slow start is ours, never the library's ``timeout``
+START_TIMEOUT_S = 300.0
+
 #: seconds between two checks of a running job's time and memory limits (the parent otherwise
 #: sleeps until a worker sends something or dies)
 LIMIT_CHECK_S = 1.0
@@ -265,7 +270,13 @@ class LocalExecutor:
         if not check_limits:
             return None
         elapsed = time.monotonic() - w.started
-        if elapsed > self.limits.timeout_s:
+        if not w.ready:
+            if elapsed > START_TIMEOUT_S:
+                w.kill()
+                return record_failure(w.job, run_dir, HARNESS_ERROR, fault_line(
+                    f"worker did not finish starting within {START_TIMEOUT_S:g} s", _read_tail(w.stderr_log))) | {
+                    "restart": True}
+        elif elapsed > self.limits.timeout_s:
             w.kill()
             cause = f"timed out after {self.limits.timeout_s:g} s"
             return record_failure(w.job, run_dir, "timeout", cause) | {"restart": True}
