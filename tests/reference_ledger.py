@@ -162,7 +162,8 @@ class ReferenceLedger(nn.Module):
                 if self._within_reach(rows[p], expected[p]):
                     owners[p] = expected[p]
         needed_step4 = None in owners
-        if expected is not None and self.previous is not None and len(self.previous[1]) == b:
+        named = b > 1 or (self.hint is not None and len(self.hint) == b)  # no one-row E read off `previous`
+        if named and expected is not None and self.previous is not None and len(self.previous[1]) == b:
             for p in range(b):  # step 4: E[p]'s at this position before, within reach of no original
                 if owners[p] is None and self.previous[1][p] == expected[p] and not any(
                         self._within_reach(rows[p], i, original=True) for i in range(self.n)):

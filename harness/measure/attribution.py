@@ -132,12 +132,16 @@ class Attribution:
                 ok = lp_norm(rows - anchor, self._norm) < half
                 if bool(ok.all()):
                     return owners, kind, into.copy_(rows), True
-            if self.previous is not None and len(self.previous[1]) == b and not bool(ok.all()):
+            named = b > 1 or (self.hint is not None and len(self.hint) == b)
+            if named and self.previous is not None and len(self.previous[1]) == b and not bool(ok.all()):
                 # step 4, first part: a row within reach of no original is near no sample's clean
                 # image; where the previous query's row at its position was its expected owner's,
                 # it stays there. Iterates far from their originals can come as near each other
                 # as they like (Brendel-Bethge's L0 steps put two digits' iterates 0.26 apart in
-                # L1, 28 from their originals), so being near another's iterate does not count
+                # L1, 28 from their originals), so being near another's iterate does not count.
+                # Not for one row that no hint names: a one-row E read off the previous query
+                # confirms itself (torchattacks' DeepFool walks one image at a time, in turn: every
+                # far row went to the image before it); a batch keeps its positions, a subset too
                 kept = ~ok & (self.previous[1] == owners)
                 ok |= kept & ~self._within_any_reach(rows, kept)
             idx = torch.where(ok, owners, -1)

@@ -26,9 +26,9 @@ Each forward call of B rows, in call order:
 3. A row p within reach of anchor row E[p] belongs to E[p]. Within reach: L1/L2 distance below the
    reach; L∞: ``a − m ≤ row ≤ a + m`` in every coordinate, with m = clamp(reach − BOX_MARGIN, 0, 2)
    (float32), so that rounding ``a ± m`` cannot contain a row that is not nearest.
-4. A row p that step 3 leaves belongs to E[p] when the previous query had B rows, its row p was
-   E[p]'s, and the row is within reach (step 3's test) of no original, each original with its
-   reach among the originals (half its distance to the nearest other one): an iterate far from
+4. A row p that step 3 leaves belongs to E[p] when B > 1 or a hint names E, the previous query
+   had B rows, its row p was E[p]'s, and the row is within reach (step 3's test) of no
+   original, each with its reach among the originals (half its distance to the nearest other one): an iterate far from
    every clean image stays with its position, however near another sample's original or iterate
    it is relative to its own (Brendel-Bethge's L0 steps move a digit 42 pixels in one step, nearer
    another digit than its own, and bring two digits' iterates within 0.26 of each other in L1).
