@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 import time
+import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 import psutil
 
@@ -82,16 +84,34 @@ def _read_tail(path: Path | None, limit: int = 20_000) -> str:
         return ""
 
 
+@contextmanager
+def _main_left_behind() -> Iterator[None]:
+    """Spawn without the caller's ``__main__``: a worker needs nothing of it (it runs
+    ``worker_loop``, gets jobs as ``Job``s and the model as a file, a notebook's or a script's
+    classes pickled by value), and re-importing it is what broke a caller on standard input or
+    ``-c`` (no file to re-run) and re-ran a script without the ``__main__`` guard (its training) in
+    every worker. ``multiprocessing.spawn`` reads ``sys.modules["__main__"]`` in the parent when a
+    process starts; an empty module stands in for that moment."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 def _start_with_stderr(proc: mp.process.BaseProcess, path: Path | None) -> None:
-    """Start ``proc`` with its stderr (fd 2) in ``path``: a spawned child that dies before it runs
-    any of our code (re-importing the caller's ``__main__``) leaves its traceback there, for the
-    job's log, instead of in the caller's terminal. fd 2 of this process points at the file only for
-    the moment of the spawn."""
+    """Start ``proc`` (without the caller's ``__main__``: ``_main_left_behind``) with its stderr
+    (fd 2) in ``path``: a spawned child that dies before it runs any of our code leaves its
+    traceback there, for the job's log, instead of in the caller's terminal. fd 2 of this process
+    points at the file only for the moment of the spawn."""
     if path is None:
-        proc.start()
+        with _main_left_behind():
+            proc.start()
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    with open(path, "w") as fh, _main_left_behind():
         sys.stderr.flush()
         saved = os.dup(2)
         try:

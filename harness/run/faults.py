@@ -1,8 +1,8 @@
 """Harness faults: a job whose worker failed before its attack started is ours, never the library's.
 
-A worker process can die before it runs anything of the library: it cannot start (the spawned
-interpreter re-imports the caller's ``__main__``, which a script fed on standard input does not
-have), it cannot import the spec's module, unpickle or load the model, or read the data. Such a job
+A worker process can die before it runs anything of the library: it cannot start (a worker is
+spawned without the caller's ``__main__``, ``executors._main_left_behind``; the first two ``FIXES``
+read tracebacks of runs that predate that, or of a spawn outside it), it cannot import the spec's module, unpickle or load the model, or read the data. Such a job
 gets ``status = harness_error`` (``harness/results/schema.py``) with the worker's own traceback in
 ``logs/<job_id>.log``, and runs again on the next call of the same run. ``fault_line`` reads a
 traceback into one line, the cause and (where it is known) the fix; ``HarnessFault`` is raised
