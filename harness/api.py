@@ -70,7 +70,8 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     budget : int
         Forwards + backwards per sample, for every attack.
     samples : int, optional
-        How many of the N samples to attack (a seeded choice; subsets nest); None: all N.
+        How many of the N samples to attack (a seeded choice; subsets nest); None: all N. More
+        than N attacks all N, as ``attackaudit run --samples`` does, and a note says so.
     seed : int
         Chooses the samples, the targets of a targeted run, and seeds each attack.
     targeted, metamorphic : bool
@@ -295,7 +296,7 @@ def _checked_scalars(n: int, *, samples: object, budget: object, seed: object, b
     ValueError naming the first argument that is wrong, in ``compare``'s parameter order."""
     if samples is None:
         samples = n
-    _check_int("samples", samples, 1, n, f"the number of inputs ({n})")
+    _check_int("samples", samples, 1)  # more than n: all n, with a note (data.samples_note, the run's rule)
     _check_int("budget", budget, 1)
     _check_int("seed", seed, 0)
     _check_int("batch_size", batch_size, 0)
@@ -314,8 +315,10 @@ def _filters(**filters: str | Sequence[str] | None) -> dict[str, list[str] | Non
     """Each filter (families, norms, libraries, attacks) as a list of names (None: all); ValueError
     for a malformed filter or an unknown norm."""
     names = {name: _names(name, value) for name, value in filters.items()}
-    if names["norms"] and (bad := [v for v in names["norms"] if v not in NORMS]):
-        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)}")
+    if names["norms"] and (bad := [v for v in names["norms"] if v.lower() not in NORMS]):
+        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)} (any case)")
+    if names["norms"]:  # "Linf" is linf, as families="PGD" is pgd (the runner matches names in any case)
+        names["norms"] = [v.lower() for v in names["norms"]]
     return names
 
 

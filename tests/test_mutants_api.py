@@ -51,10 +51,9 @@ def bad(digits, **kwargs) -> str:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"samples": 0}, "samples must be an integer between 1 and the number of inputs (10), got 0"),
-    ({"samples": 11}, "samples must be an integer between 1 and the number of inputs (10), got 11"),
-    ({"samples": 3.0}, "samples must be an integer between 1 and the number of inputs (10), got 3.0"),
-    ({"samples": True}, "samples must be an integer between 1 and the number of inputs (10), got True"),
+    ({"samples": 0}, "samples must be an integer ≥ 1, got 0"),
+    ({"samples": 3.0}, "samples must be an integer ≥ 1, got 3.0"),
+    ({"samples": True}, "samples must be an integer ≥ 1, got True"),
     ({"budget": 0}, "budget must be an integer ≥ 1, got 0"),
     ({"seed": -1}, "seed must be an integer ≥ 0, got -1"),
     ({"batch_size": -1}, "batch_size must be an integer ≥ 0, got -1"),
@@ -70,7 +69,7 @@ def bad(digits, **kwargs) -> str:
     ({"libraries": [""]}, "libraries must be a name or a non-empty list of names, got ['']"),
     ({"attacks": ["a", 3]}, "attacks must be a name or a non-empty list of names, got ['a', 3]"),
     ({"families": 3}, "families must be a name or a non-empty list of names, got 3"),
-    ({"norms": ["l2", "L9", "x"]}, "norms: 'L9' is not one of l0, l1, l2, linf"),
+    ({"norms": ["L2", "L9", "x"]}, "norms: 'L9' is not one of l0, l1, l2, linf (any case)"),
     ({"plugins": "no/such/plugin.py"},
      f"plugins: {Path('no/such/plugin.py').resolve()} is not a file; pass .py files that define specs()"),
 ])

@@ -1,6 +1,7 @@
 """One resolved RunConfig from a TOML file, a preset and command-line flags (flags win)."""
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -109,6 +110,8 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
             raise ConfigError(f"unknown config key(s) {', '.join(sorted(unknown))}; known keys: {', '.join(sorted(known))}")
         merged.update(layer)
     config = RunConfig(**merged)
+    if config.norms:  # norm names in any case: Linf is linf
+        config.norms = [n.lower() if isinstance(n, str) else n for n in config.norms]
     if config.device == "auto":
         import torch
 
@@ -132,7 +135,9 @@ def validate(config: RunConfig) -> None:
 
     for model in config.models:
         if model.removesuffix(twin_of(model)) not in ZOO and ":" not in model:
-            raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
+            near = difflib.get_close_matches(model.removesuffix(twin_of(model)).lower(), sorted(ZOO), n=3, cutoff=0.6)
+            raise ConfigError(f"unknown model {model!r}" + (f" (nearest: {', '.join(near)})" if near else "")
+                              + "; `attackaudit models` lists the zoo")
         try:
             parsed = parse_model_source(model)
         except ModelSourceError as exc:

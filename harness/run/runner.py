@@ -11,7 +11,7 @@ import difflib
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -48,10 +48,10 @@ class Plan:
 def _excluded_by(spec: AttackSpec, config: RunConfig) -> str:
     """The name filter (--families, --norms, --attacks) that leaves ``spec`` out, or ''."""
     for flag, chosen, value in (("--families", config.families, spec.family), ("--norms", config.norms, spec.norm)):
-        if chosen is not None and value not in chosen:
+        if chosen is not None and value.lower() not in {c.lower() for c in chosen}:  # PGD is pgd
             return flag
-    if config.attacks is not None and not any(
-            a in (spec.key, spec.implementation, f"{spec.library}/{spec.name}") for a in config.attacks):
+    names = {n.lower() for n in (spec.key, spec.implementation, f"{spec.library}/{spec.name}")}
+    if config.attacks is not None and not any(a.lower() in names for a in config.attacks):
         return "--attacks"
     return ""
 
@@ -89,10 +89,28 @@ def _unmatched(entries: list, config: RunConfig) -> list[str]:
              "--attacks": {n for s in specs for n in (s.key, s.implementation, f"{s.library}/{s.name}")}}
     out = []
     for flag, values in (("--families", config.families), ("--attacks", config.attacks)):
+        lower = {k.lower(): k for k in known[flag]}  # names match in any case: the nearest too
         for value in values or []:
-            if value not in known[flag]:
-                near = difflib.get_close_matches(value, sorted(known[flag]), n=3, cutoff=0.6)
-                out.append(f"{flag} {value!r} names no attack" + (f" (nearest: {', '.join(near)})" if near else ""))
+            if value.lower() not in lower:
+                near = difflib.get_close_matches(value.lower(), sorted(lower), n=3, cutoff=0.6)
+                out.append(f"{flag} {value!r} names no attack"
+                           + (f" (nearest: {', '.join(lower[n] for n in near)})" if near else ""))
+    return out
+
+
+def _lacking_norms(entries: list, config: RunConfig) -> list[str]:
+    """Each library asked for whose attacks (of ``--families``/``--attacks``) lack a ``--norms``
+    norm, with the norms they have: why filters that match no attack match none."""
+    out, any_norm = [], replace(config, norms=None)
+    for e in entries:
+        if not e.available or not config.norms or (config.libraries is not None and e.library not in config.libraries
+                                                   and e.plugin is None):
+            continue
+        have = sorted({s.norm for s in e.specs if not _excluded_by(s, any_norm)})
+        lacking = [n for n in config.norms if n not in have]
+        if lacking:
+            chosen = f" of --families {' '.join(config.families)}" if config.families else ""
+            out.append(f"{e.library} has no {'/'.join(lacking)} attack{chosen} (it has: {', '.join(have) or 'none'})")
     return out
 
 
@@ -106,7 +124,7 @@ def plan(config: RunConfig) -> Plan:
     """The jobs of ``config``; raises ConfigError for names that match nothing."""
     from attackaudit.adapters import BUILTIN_LIBRARIES, PluginError, catalogue
 
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.data import load_subset, samples_note
 
     known_libraries = set(BUILTIN_LIBRARIES)
     try:
@@ -121,6 +139,8 @@ def plan(config: RunConfig) -> Plan:
         if lib not in known_libraries:
             raise ConfigError(f"unknown library {lib!r}; known: {', '.join(sorted(known_libraries))}")
     subset = load_subset(config.dataset, config.samples, config.seed)
+    size_note = samples_note(config.samples, len(subset))
+    config.samples = len(subset)  # what the jobs attack, their ids and the manifest say: all of the dataset
     models = list(config.models)
     if config.metamorphic:  # the model twins on every model, the run twins on the first one
         model_twins = [m + s for s in MODEL_TWIN_SUFFIXES for m in config.models if not twin_of(m)]
@@ -155,11 +175,12 @@ def plan(config: RunConfig) -> Plan:
                      if has_job(model, spec)]  # a seed twin: randomised specs only
     unmatched = _unmatched(entries, config)
     if not jobs and not unavailable:
+        why = unmatched + _lacking_norms(entries, config)
         raise ConfigError("the filters (--libraries/--families/--norms/--attacks) match no attack"
-                          + (f": {'; '.join(unmatched)}" if unmatched else "") + "; `attackaudit attacks` lists the catalogue")
+                          + (f": {'; '.join(why)}" if why else "") + "; `attackaudit attacks` lists the catalogue")
     fingerprints = {e.plugin.path: e.plugin.fingerprint for e in entries if e.plugin is not None}
     notes = [f"--plugin {path}: {len(keys)} attack{'s' * (len(keys) > 1)} {why}: {', '.join(keys)}"
-             for (path, why), keys in left_out.items()] + unmatched
+             for (path, why), keys in left_out.items()] + unmatched + ([size_note] if size_note else [])
     return Plan(jobs, skipped, unavailable, versions, subset.hash, specs, subset, notes, fingerprints)
 
 

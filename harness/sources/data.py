@@ -51,6 +51,17 @@ def subset_indices(n: int, size: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)[:size]
 
 
+def samples_note(asked: int, available: int) -> str:
+    """The one rule for more samples than the data has, ``attackaudit run --samples`` and
+    ``compare(samples=...)`` alike: every image is attacked (a subset is a prefix of one
+    permutation, so that is the same subset as ``--samples available``), the run records that
+    number, and this note says so; "" when ``asked`` fits."""
+    if asked <= available:
+        return ""
+    return (f"--samples {asked} is more than the {available} images the dataset has: all {available} are attacked, "
+            f"and the run records --samples {available}")
+
+
 def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset: str) -> Subset:
     """Choose ``size`` samples by ``seed`` (``subset_indices``) and hash them."""
     indices = subset_indices(len(labels), size, seed)
