@@ -22,19 +22,22 @@ from .tables import Pair, sample_distances
 
 
 def render_compare_html(diff: pd.DataFrame, run_a: str, run_b: str, generated: str | None = None,
-                        tables: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
+                        tables: tuple[pd.DataFrame, pd.DataFrame] | None = None, title: str = "Release audit",
+                        notes: list[str] = ()) -> str:
     """The release audit of two runs (``fidelity.diff``) as one self-contained HTML page: on the
     first screen what regressed, improved and could not be run, one line of evidence each, each
     linked to its evidence; ``tables`` (run A's and run B's result rows) add the per-image scatter
-    of A's distances against B's and the jobs B could not run (status "unsupported")."""
+    of A's distances against B's and the jobs B could not run (status "unsupported"); ``title`` and
+    ``notes`` (e.g. the settings that differ) head the page."""
     generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     counts = diff["verdict"].value_counts() if len(diff) else pd.Series(dtype=int)
     summary = ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to compare"
     rows = ordered(diff)
     statuses = unsupported_statuses(tables)
     lines = [verdict_line(r) for _, r in rows.iterrows()]
-    body = (f'<header class="top"><h1>Release audit</h1><p class="ran"><strong>A:</strong> {esc(run_a)} → '
-            f"<strong>B:</strong> {esc(run_b)} · {esc(summary)}</p></header>"
+    body = (f'<header class="top"><h1>{esc(title)}</h1><p class="ran"><strong>A:</strong> {esc(run_a)} → '
+            f"<strong>B:</strong> {esc(run_b)} · {esc(summary)}</p>"
+            + "".join(f"<p><strong>{esc(n)}</strong></p>" for n in notes) + "</header>"
             f'<section id="answer"><h2>What changed from A to B</h2>{compare_first_screen(rows, statuses)}</section>'
             + compare_evidence(rows, tables, statuses)
             + f"<section id=\"diff\"><h2>Every implementation</h2>"

@@ -67,19 +67,31 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 0.05); inside it a change is 'equivalent', beyond it 'different'")
     parser.add_argument("--by-model", dest="by_model", action="store_true", help="one verdict per model too")
     parser.add_argument("--strict", action="store_true", help="exit 1 when any implementation regressed")
+    parser.add_argument("--across-settings", dest="across_settings", action="store_true",
+                        help="compare runs made with different settings (budget, samples, seed, --steps-scale, ...), "
+                             "each page and the output labelled with them; refused otherwise")
 
 
 def compare_main(args: argparse.Namespace) -> int:
     """Diff two runs (``fidelity.diff``): one verdict line per implementation and norm on stdout;
     ``diff.csv``, ``diff.json``, ``audit.json`` (the verdicts), ``compare.md`` and
-    ``compare.html`` in ``--out`` (default DIR_B)."""
+    ``compare.html`` in ``--out`` (default DIR_B). Runs made with different settings
+    (``compare_settings.setting_changes``) are refused in one line naming them, unless
+    ``--across-settings``: then every output says so first."""
     from attackaudit import fidelity
     from .audit_html import render_compare_html
     from .audit_markdown import render_compare_markdown
 
+    from .compare_settings import refusal, setting_changes, settings_label
+
     run_a, run_b = Path(args.run_a), Path(args.run_b)
-    table_a, _, _ = load_runs([run_a])
+    table_a, manifests_a, _ = load_runs([run_a])
     table_b, manifests_b, _ = load_runs([run_b])
+    settings, grid = setting_changes(manifests_a[0], manifests_b[0])
+    if settings and not getattr(args, "across_settings", False):
+        raise ValueError(refusal(str(run_a), str(run_b), settings))
+    notes = ([settings_label(settings)] if settings else []) + (
+        [f"The grids differ ({'; '.join(grid)}): what one run lacks is new or removed."] if grid else [])
     from attackaudit.results.store import dataset_images
     diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.05),
                          min_delta=getattr(args, "min_delta", None), by_model=bool(getattr(args, "by_model", False)),
@@ -98,10 +110,14 @@ def compare_main(args: argparse.Namespace) -> int:
                  "version_a": r["version_a"], "version_b": r["version_b"], "verdict": r["verdict"],
                  "reason": r["reason"], "line": verdict_line(r)} for _, r in diff.iterrows()]
     dump_json({"run_a": str(run_a), "run_b": str(run_b), "rule": fidelity.VERDICT_RULE, "counts": counts,
-               "verdicts": verdicts}, out / "audit.json")
-    (out / "compare.md").write_text(render_compare_markdown(diff, str(run_a), str(run_b)), encoding="utf-8")
-    (out / "compare.html").write_text(render_compare_html(diff, str(run_a), str(run_b), tables=(table_a, table_b)),
-                                      encoding="utf-8")
+               "settings_differ": settings, "grid_differs": grid, "verdicts": verdicts}, out / "audit.json")
+    title = "Comparison of two runs"
+    (out / "compare.md").write_text(render_compare_markdown(diff, str(run_a), str(run_b), title, notes),
+                                    encoding="utf-8")
+    (out / "compare.html").write_text(render_compare_html(diff, str(run_a), str(run_b), tables=(table_a, table_b),
+                                                          title=title, notes=notes), encoding="utf-8")
+    for note in notes:
+        print(note)
     for v in verdicts:
         print(v["line"])
     print(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "

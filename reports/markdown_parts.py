@@ -19,7 +19,9 @@ from .formats import Col, f_text
 def md(value: object) -> str:
     """``value`` as Markdown text that renders as itself, on one line."""
     s = " ".join(f_text(value).split())
-    s = html.escape(s, quote=False)
+    # an arrow "->" stays one: with every "<" escaped no ">" can close a tag, and "-&gt;" is what a
+    # reader of the raw file met in compare.md ("xi 1.00 -&gt; 0.12")
+    s = html.escape(s, quote=False).replace("-&gt;", "->")
     s = re.sub(r"([|\\`*\[\]])", r"\\\1", s)
     # "_" only where it could start or end emphasis (adv_lib stays readable)
     return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
