@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.results.store import atomic_write_bytes, load_run, read_manifest
-from attackaudit.run.config import RunConfig  # torch-free: compare's defaults are the run's
 
 if TYPE_CHECKING:  # annotations only: importing torch here would make ``import attackaudit`` heavy
     from matplotlib.figure import Figure
@@ -43,10 +42,10 @@ NORMS = ("l0", "l1", "l2", "linf")
 def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor | np.ndarray", *,
             families: str | Sequence[str] | None = None, norms: str | Sequence[str] | None = None,
             libraries: str | Sequence[str] | None = None, attacks: str | Sequence[str] | None = None,
-            plugins: Sequence[str | os.PathLike] = (), budget: int = RunConfig.budget, samples: int | None = None,
-            seed: int = RunConfig.seed, targeted: bool = RunConfig.targeted, metamorphic: bool = RunConfig.metamorphic,
-            steps_scale: float = RunConfig.steps_scale, batch_size: int = RunConfig.batch_size, device: str = "auto",
-            workers: int | None = None, timeout_s: float = RunConfig.timeout_s,
+            plugins: Sequence[str | os.PathLike] = (), budget: int = 2000, samples: int | None = None,
+            seed: int = 0, targeted: bool = False, metamorphic: bool = False,
+            steps_scale: float = 1.0, batch_size: int = 0, device: str = "auto",
+            workers: int | None = None, timeout_s: float = 900.0,
             out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None) -> "Result":
     """Run every matching attack implementation on ``model`` and say which ones to trust.
 
@@ -62,9 +61,16 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         note in ``Result.notes`` says so).
     labels : Tensor or ndarray, shape (N,)
         Integer classes in [0, K).
-    families, norms, libraries, attacks : str or sequence of str, optional
-        Filters, as ``attackaudit run --families/--norms/--libraries/--attacks`` (None: all).
-        ``attackaudit attacks`` lists the catalogue.
+    families : str or sequence of str, optional
+        Attack families (``"apgd"``, ``["pgd", "cw"]``), as ``attackaudit run --families``; any
+        case. None: all. ``attackaudit attacks`` lists the catalogue.
+    norms : str or sequence of str, optional
+        ``"l0"``, ``"l1"``, ``"l2"``, ``"linf"`` (any case: ``"Linf"``). None: all four.
+    libraries : str or sequence of str, optional
+        Libraries (``"adv_lib"``, ``"foolbox"``, ``"art"``, ``"torchattacks"``, ``"cleverhans"``, a
+        plugin's). None: all.
+    attacks : str or sequence of str, optional
+        Spec keys or implementations (``"adv_lib/fmn"``, ``"adv_lib/fmn/l2"``); any case. None: all.
     plugins : sequence of paths
         Plugin files of your own attacks (``def specs() -> list[AttackSpec]``); always run.
     budget : int
@@ -74,10 +80,12 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         than N attacks all N, as ``attackaudit run --samples`` does, and a note says so.
     seed : int
         Chooses the samples, the targets of a targeted run, and seeds each attack.
-    targeted, metamorphic : bool
-        Seeded random targets instead of untargeted attacks; also run the model's metamorphic
-        twins (logits shifted, classes permuted), the evidence for ``shift_sensitivity`` and
-        ``label_bug``.
+    targeted : bool
+        Seeded random targets instead of untargeted attacks (specs without a targeted mode are
+        left out).
+    metamorphic : bool
+        Also run the model's metamorphic twins (logits shifted, classes permuted), the evidence
+        for ``shift_sensitivity`` and ``label_bug``.
     steps_scale : float
         Scales every attack's iteration count (0.1 for a quick look).
     batch_size : int
@@ -203,10 +211,15 @@ class Result:
         ``compare()``'s words."""
         from attackaudit.reports.wording import speak
 
+        from attackaudit.fidelity.flag_kinds import family_counts
+
         rec = self.data.recommend.copy()
         for col in ("summary", "note"):
             if col in rec.columns:
                 rec[col] = [speak(v, "api") if isinstance(v, str) else v for v in rec[col]]
+        if len(rec):  # flagged: a defect, never trusted; weaker: only a weakness (fidelity/flag_kinds.py)
+            counts = family_counts(self.data.flags)
+            rec["weaker"] = [counts.get((str(f), str(n)), (0, 0))[1] for f, n in zip(rec["family"], rec["norm"])]
         return rec
 
     def trust(self, family: str, norm: str) -> dict[str, Any]:
@@ -268,6 +281,8 @@ class Result:
 
     def _repr_html_(self) -> str:
         """The first-screen answer in Jupyter: per family and norm, the verdict and whom to trust."""
+        from attackaudit.fidelity.flag_kinds import WEAKNESS_FLAGS
+
         rec = self.recommendation
         head = (f"<p><b>attackaudit</b> · {html.escape(str(self.run_dir))} · {len(self.rows)} rows · "
                 f"{html.escape(self.execution)}</p>"
@@ -277,12 +292,13 @@ class Result:
         body = "".join(
             f"<tr><td>{html.escape(str(r['family']))}</td><td>{html.escape(str(r['norm']))}</td>"
             f"<td>{html.escape(str(r.get('verdict', '')))}</td><td>{html.escape(_members(r))}</td>"
-            f"<td>{html.escape(str(r.get('flagged', '')))}</td></tr>"
+            f"<td>{html.escape(str(r.get('flagged', '')))}</td><td>{html.escape(str(r.get('weaker', '')))}</td></tr>"
             for _, r in rec.iterrows())
         return (head + "<table><thead><tr><th>family</th><th>norm</th><th>verdict</th>"
-                "<th>trust (global ξ, 95% CI)</th><th>flagged</th></tr></thead>"
-                f"<tbody>{body}</tbody></table><p>.trust(family, norm) for the reasons, .flags for the defects, "
-                ".report(path) for the full report.</p>")
+                "<th>trust (global ξ, 95% CI)</th><th>flagged</th><th>weaker</th></tr></thead>"
+                f"<tbody>{body}</tbody></table><p>flagged: a defect, never trusted; weaker: only a weakness "
+                f"({', '.join(sorted(WEAKNESS_FLAGS))}), still trusted. .trust(family, norm) for the reasons, .flags for the findings "
+                "(their severity), .report(path) for the full report.</p>")
 
     def __repr__(self) -> str:
         return f"Result({str(self.run_dir)!r}; {self.execution})"

@@ -124,8 +124,8 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 
 
 def validate(config: RunConfig) -> None:
-    # imported here: the zoo imports torch, and RunConfig's defaults are read by `--help` and
-    # `attackaudit.compare`'s signature, which stay torch-free
+    # imported here: the zoo imports torch, and RunConfig's defaults are read by `--help`, which
+    # stays torch-free
     from attackaudit.sources.zoo import ZOO, twin_of
 
     if not config.out:
