@@ -38,6 +38,7 @@ from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, s
 from .evidence_text import relative, shown_text
 from .sample_size import decision_text, images_to_decide
 from .flags import flagged
+from .flag_kinds import WEAKNESS_FLAGS  # the one definition of a weakness (flag_kinds.py)
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
 from .class_failure import class_notes_of
@@ -61,9 +62,6 @@ WEAK_FRACTION = 0.5
 MIXED_DECISION = ("the endpoints disagree (one breaks more images, the other is closer on the images both broke): "
                   "more images will not order them; choose by the endpoint your claim rests on (robust accuracy "
                   "at a fixed ε: failures; minimal distances: distance)")
-#: flags that say "weaker", not "wrong": they never remove a candidate (the tests decide) and an
-#: implementation carrying only these gets a weakness note
-WEAKNESS_FLAGS = frozenset({"optimality_gap"})
 
 
 # ------------------------------------------------------------------------------------ arrays

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
+from attackaudit.fidelity.flag_kinds import defects, weaknesses
 from .tables import Pair, ReportData
 
 #: the one-word verdicts an answer row can show, in the order a reader meets them
@@ -34,9 +35,33 @@ ROW_COLUMNS = ["model", "sample", "label", "status", "best_distance", "d_star", 
                "refused", "why", "error"]
 #: result columns the defect rules read, with the value meaning "not recorded"
 BALL_COLUMNS = {"ball_out": 0.0, "ball_worst_ratio": math.nan, "eps_fail_max": math.nan, "eps_fail_ratio": math.nan,
-                "returned_class": -1.0, "target": -1.0}
+                "returned_class": -1.0, "target": -1.0, "best_dropped": 0.0, "returned_adversarial": 0.0}
 #: rows shown per flagged implementation and norm (the standing-out ones; all rows are in the run)
 MAX_FLAG_ROWS = 4
+
+
+#: what a result row records of a best the end-of-job re-check dropped (harness/measure/best_keeper.py)
+BOUNDARY_COLUMNS = ("best_dropped", "returned_adversarial", "returned_distance")
+
+
+def boundary_text(row: dict) -> str:
+    """Why a failed row whose library returned an adversarial output is a failure: its only
+    adversarial point sat on the decision boundary, adversarial in its batch but not alone at the
+    end-of-job re-check, which dropped it (a tie is never a success: harness/measure/success.py).
+    "" for any other row."""
+    try:
+        dropped = float(row.get("best_dropped") or 0)
+        best = float(row.get("distance", row.get("best_distance", math.nan)))
+    except (TypeError, ValueError):
+        return ""
+    if not (dropped > 0 and math.isinf(best)):
+        return ""
+    ret, adv = row.get("returned_distance"), row.get("returned_adversarial")
+    ret = float(ret) if isinstance(ret, (int, float, np.floating)) else math.nan
+    returned = adv in (True, 1) and math.isfinite(ret)
+    where = f"; the library returned a point at {ret:.4g} that was adversarial in its batch" if returned else ""
+    return (f": its only adversarial point sat on the decision boundary{where}, not adversarial alone at the "
+            f"end-of-job re-check, which dropped it ({dropped:.0f} dropped); a tie is never a success")
 
 
 def anchor(*parts: object) -> str:
@@ -76,10 +101,11 @@ class Answer:
     optimality: float                                     # the top pick's global ξ
     ci: tuple[float, float]
     candidates: int
-    flagged: dict[tuple[str, str], list[str]]             # (implementation, version) -> flags, this norm
+    flagged: dict[tuple[str, str], list[str]]             # (implementation, version) -> defect flags, this norm
     summary: str                                          # the recommendation's one-line "what to do"
     pair: Pair | None = None                              # the comparison that decided the verdict
     implementations: list[tuple[str, str]] = field(default_factory=list)  # every one of the family and norm
+    weaker: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # -> weakness flags (no defect)
 
     @property
     def id(self) -> str:
@@ -199,13 +225,16 @@ def answers(data: ReportData) -> list[Answer]:
         if members:
             top = members[0].key
         impls = by_family.get((family, norm), [top])
-        flagged = {k: sorted(marks[(k[0], k[1], norm)]) for k in impls if (k[0], k[1], norm) in marks}
+        own = {k: sorted(marks[(k[0], k[1], norm)]) for k in impls if (k[0], k[1], norm) in marks}
+        # flagged: a defect, never trusted; weaker: only weaknesses (fidelity/flag_kinds.py)
+        flagged = {k: defects(f) for k, f in own.items() if defects(f)}
+        weaker = {k: weaknesses(f) for k, f in own.items() if k not in flagged}
         runner = row.get("runner_up")
         runner = str(runner) if isinstance(runner, str) else ""
         out.append(Answer(family, norm, verdict_word(row), members, top, _float(row.get("optimality")),
                           _interval(row.get("optimality_ci")), int(_float(row.get("candidates"), 1)), flagged,
                           str(row.get("summary") or row.get("note") or ""),
-                          _deciding_pair(data, family, norm, top, members, runner, impls), impls))
+                          _deciding_pair(data, family, norm, top, members, runner, impls), impls, weaker))
     return out
 
 
@@ -261,7 +290,9 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
             score += 2
         if math.isfinite(ref) and ref > 0 and d > ref * (1 + 1e-9):
             ratio = d / ref
-            why.append(f"{ratio:.2f}× d*" if math.isfinite(ratio) else "failed, others broke it")
+            why.append(f"{ratio:.2f}× d*" if math.isfinite(ratio) else "failed, others broke it"
+                       + (" (its only adversarial was a boundary point, dropped at the re-check)"
+                          if boundary_text(r) else ""))
             score += min(ratio - 1.0, 1.0) if math.isfinite(ratio) else 1.5
         out.append((", ".join(why), score))
     return out

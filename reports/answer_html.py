@@ -18,12 +18,13 @@ Every id comes from ``answer.anchor`` (a hash), so no library name reaches an at
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 
 from .answer import Answer, answers, flag_anchor, flag_evidence_rows
-from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, WEAK_PICK_FRACTION, ScreenRow, norm_bests, screen_rows
+from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS
+from .first_screen import (DECIDED, SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, WEAK_PICK_FRACTION, ScreenRow, norm_bests,
+                           ordered, screen_rows, weak_legend)
 from .formats import MARGIN, Col, f_count, f_opt, f_p, f_ratio
 from .html_parts import Plots, esc, figure, table
 from .plots import members_svg, scatter_svg
@@ -54,7 +55,7 @@ def _who(a: Answer) -> str:
     if a.members:
         names = ", ".join(m.implementation for m in a.members)
         return f"{names}; {a.rerun}" if a.rerun else names
-    return f"{a.top[0]} (best, flagged)" if a.flagged else "—"
+    return "none trusted"
 
 
 def _wrappable(name: str) -> str:
@@ -86,31 +87,39 @@ def _family_cells(r: ScreenRow) -> str:
 
 
 def _note(r: ScreenRow) -> str:
-    """The weak mark (a badge, then the norm's best) and the images that would decide, unbroken."""
+    """The weaker and weak marks (badges; their titles say why) and the images that would decide."""
     parts = []
+    if r.weaker:
+        tip = "; ".join(f"{f}: {FLAG_MEANINGS.get(f, '')}" for f in r.weaker)
+        parts.append(f'<span class="weak" title="{esc(tip)}">{esc(r.weaker_text)}</span>')
     if r.weak is not None:
         tip = (f"ξ {f_opt(r.optimality)} is under {WEAK_PICK_FRACTION:g} of the best ξ of {r.answer.norm} in this "
-               f"run: this family is far from what the norm allows. Not a flag; the verdict within {r.answer.family} "
-               "stands.")
-        parts.append(f'<span class="weak" title="{esc(tip)}">weak</span>{_wrappable(r.weak_text[len("weak"):])}')
-    if r.rerun_text:  # "--samples N" kept on one line: a broken flag reads as two words
-        parts.append(re.sub(r"(--\S+ \S+)", r'<span class="nowrap">\1</span>', esc(r.rerun_text)))
+               f"run ({r.weak.text}): this family is far from what the norm allows. Not a flag; the verdict within "
+               f"{r.answer.family} stands.")
+        parts.append(f'<span class="weak" title="{esc(tip)}">{esc(r.weak_text)}</span>')
+    if r.rerun_text:
+        parts.append(f'<span title="{esc(r.answer.rerun)}">{esc(r.rerun_text)}</span>')
     return "; ".join(parts)
 
 
 def _answer_row(r: ScreenRow) -> str:
     a = r.answer
-    name = f"{r.implementation} {r.library_version}".strip()
-    return (f'<tr>{_family_cells(r) if r.span else ""}'
-            f'<td class="pick"><a href="#{a.id}" title="{esc(name)}">{_wrappable(r.label)}</a></td>'
-            f'<td class="num">{esc(f_opt(r.optimality))}'
-            + (f' <span class="ci">{esc(r.ci_text)}</span>' if r.ci_text else "")
+    if r.none_trusted:  # nothing to pick: the evidence names the best flagged one
+        pick = (f'<a href="#{a.id}" title="{esc(r.family_text)}: every implementation is flagged">'
+                f'{esc(r.label)}</a>')
+    else:
+        name = f"{r.implementation} {r.library_version}".strip()
+        pick = f'<a href="#{a.id}" title="{esc(name)}">{_wrappable(r.label)}</a>'
+    return (f'<tr>{_family_cells(r) if r.span else ""}<td class="pick">{pick}</td>'
+            f'<td class="num">{esc(f_opt(r.optimality)) if not r.none_trusted else ""}'
+            + (f' <span class="ci">{esc(r.ci_text)}</span>' if r.ci_text and not r.none_trusted else "")
             + f'</td><td class="nb">{_note(r)}</td><td class="own">{_flags_badge(r)}</td></tr>')
 
 
-def _answer_table(rows: list[ScreenRow]) -> str:
-    cls = ("fam", "ver", "pick", "xi", "nb", "fl")
-    head = ("<colgroup>" + "".join(f'<col class="{c}">' for c in cls) + "</colgroup><thead><tr>"
+def _answer_table(rows: list[ScreenRow], caption: str, cls: str) -> str:
+    cols = ("fam", "ver", "pick", "xi", "nb", "fl")
+    head = (f'<caption>{esc(caption)}</caption><colgroup>' + "".join(f'<col class="{c}">' for c in cols)
+            + "</colgroup><thead><tr>"
             + "".join(f'<th scope="col" title="{esc(tip)}">{esc(h)}</th>' for h, tip in SCREEN_COLUMNS)
             + "</tr></thead>")
     bodies, body = [], []
@@ -120,23 +129,31 @@ def _answer_table(rows: list[ScreenRow]) -> str:
             body = []
         body.append(_answer_row(r))
     bodies += [body] if body else []
-    return f'<table class="answer">{head}' + "".join(f"<tbody>{''.join(b)}</tbody>" for b in bodies) + "</table>"
+    return (f'<table class="answer {cls}">{head}' + "".join(f"<tbody>{''.join(b)}</tbody>" for b in bodies)
+            + "</table>")
 
 
 def answer_section(data: ReportData, found: list[Answer]) -> str:
-    """The answer: per family and norm its header cell and one row per implementation shown
-    (``first_screen.screen_rows``), in two side-by-side tables where the window is wide enough
-    (families with a real choice first), each row linking to its evidence."""
+    """The answer: the decided families and norms first (clear, tied, only implementation), then
+    the open ones (inconclusive, none trusted), each a table of ``first_screen.screen_rows`` (per
+    family and norm its header cell and one row per implementation shown, one line each), side by
+    side where the window is wide enough; each row links to its evidence."""
     if not found:
         return ('<section id="answer"><h2>Which implementation to trust</h2>'
                 "<p>No implementation produced results.</p></section>")
-    half = -(-len(found) // 2)
+    found = ordered(found)
     bests = norm_bests(data)
-    tables = _answer_table(screen_rows(found[:half], bests)) + (
-        _answer_table(screen_rows(found[half:], bests)) if len(found) > 1 else "")
+    decided = [a for a in found if a.verdict in DECIDED]
+    open_ = [a for a in found if a.verdict not in DECIDED]
+    rows = screen_rows(decided, bests) + screen_rows(open_, bests)
+    tables = (_answer_table(screen_rows(decided, bests), f"Decided: {len(decided)} of {len(found)} families and "
+                            "norms", "decided") if decided else "") + (
+        _answer_table(screen_rows(open_, bests), f"Not decided: {len(open_)} (more images would decide, or "
+                      "every implementation is flagged)", "open") if open_ else "")
+    legend = weak_legend(rows)
     key = f"{SCREEN_KEY} Click a row for its evidence, a ⚑ for what was flagged."
-    return (f'<section id="answer"><h2>Which implementation to trust</h2><p class="key">{esc(key)}</p>'
-            f'<div class="answer-grid">{tables}</div></section>')
+    return (f'<section id="answer"><h2>Which implementation to trust</h2><div class="answer-grid">{tables}</div>'
+            + (f'<p class="key">{esc(legend)}</p>' if legend else "") + f'<p class="key">{esc(key)}</p></section>')
 
 
 def _members_table(a: Answer) -> str:
@@ -169,9 +186,14 @@ def _evidence_block(a: Answer, plots: dict[str, str]) -> str:
     if a.flagged:
         items = "".join(f'<li>{esc(_name(k))}: <a href="#{flag_anchor(k[0], k[1], a.norm)}">{esc(", ".join(f))}</a>'
                         "</li>" for k, f in a.flagged.items())
-        parts.append(f'<div id="{a.id}-f"><strong>Flagged, never trusted:</strong><ul>{items}</ul></div>')
+        parts.append(f'<div id="{a.id}-f"><strong>Flagged (a defect), never trusted:</strong><ul>{items}</ul></div>')
     else:
         parts.append(f'<p id="{a.id}-f">Nothing flagged in {esc(a.family)} · {esc(a.norm)}.</p>')
+    if a.weaker:
+        items = "".join(f'<li>{esc(_name(k))}: <a href="#{flag_anchor(k[0], k[1], a.norm)}">{esc(", ".join(f))}</a>'
+                        "</li>" for k, f in a.weaker.items())
+        parts.append("<div><strong>Weaker (a weakness, not a flag: still a candidate, the trust set's own tests "
+                     f"decide):</strong><ul>{items}</ul></div>")
     parts.append('<p><a href="#answer">↑ back to the answer</a></p></div>')
     return "".join(parts)
 

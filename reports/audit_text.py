@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pandas as pd
 
+from attackaudit.fidelity.flag_kinds import WEAKNESS, severity
 from .formats import MARGIN, Col, f_bool, f_count, f_opt, f_p, f_pct, f_ratio, f_signed
+
+
+def f_flag_names(value: object) -> str:
+    """A diff's comma-joined flag names, each weakness marked "(weaker)": a weakness is not a defect
+    (fidelity/flag_kinds.py), in ``compare`` as in every other view."""
+    if not isinstance(value, str) or not value:
+        return ""
+    return ", ".join(f + (" (weaker)" if severity(f) == WEAKNESS else "") for f in value.split(",") if f)
 
 #: the order a diff's rows are listed in: what needs a look first
 VERDICT_ORDER = {"regressed": 0, "improved": 1, "new": 2, "removed": 3, "unchanged": 4}
@@ -26,7 +35,8 @@ DIFF_COLS = [
     Col("p (different)", "p_adjusted", f_p, True, "Holm-adjusted over the implementations whose rows changed"),
     Col("images to decide", "images_to_decide", f_count, True),
     Col("score", "score", f_count, True, "+ improved, − regressed (fidelity/README.md, Diff)"),
-    Col("flags appeared", "flags_appeared"), Col("flags gone", "flags_disappeared"),
+    Col("flags appeared", "flags_appeared", f_flag_names, tip="each a defect unless marked (weaker): a weakness"),
+    Col("flags gone", "flags_disappeared", f_flag_names),
     Col("verdict", "verdict"), Col("reason", "reason"),
 ]
 

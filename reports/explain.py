@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .answer import verdict_word
+from attackaudit.fidelity.flag_kinds import defects, severity, weaknesses
+from .answer import BOUNDARY_COLUMNS, boundary_text, verdict_word
 from .run_files import load_runs
 
 #: images listed per model and norm under "furthest behind the envelope"
@@ -79,11 +80,16 @@ def trust_lines(rec: pd.DataFrame, impl: str, version: str, family: str, norm: s
         out = [f"trusted: {word} for {family} under {norm} ({names}); it is {where}; global ξ "
                f"{_f(mine.get('optimality'))} (95% interval {_f(lo)}–{_f(hi)})"]
     else:
-        why = [f"it is flagged ({', '.join(own_flags)}); a flagged implementation is never trusted"] \
-            if own_flags else [w for w in (r.get("weak") or []) if impl in str(w)]
+        bad = defects(own_flags or [])
+        why = [f"it is flagged ({', '.join(bad)}: a defect); a flagged implementation is never trusted"] \
+            if bad else [w for w in (r.get("weak") or []) if impl in str(w)]
         note = str(r.get("note") or "")
         out = [f"not trusted: {family} under {norm} is {word}" + (f" ({names})" if members else "")]
         out += [f"  why: {w}" for w in why] or ([f"  why: {note}"] if note else [])
+    weak = weaknesses(own_flags or [])
+    if weak:
+        out.append(f"  weaker: {', '.join(weak)} (a weakness, not a flag: it never removes an implementation from "
+                   "the trust set, whose own tests decide)")
     summary = str(r.get("summary") or "")
     if summary and summary != str(r.get("note") or ""):
         out.append(f"  what to do: {summary}")
@@ -103,17 +109,23 @@ def _against_top(member: dict, top: dict) -> str:
 
 
 def behind_envelope(dist: pd.DataFrame, env: pd.DataFrame, impl: str, version: str, norm: str,
-                    k: int) -> pd.DataFrame:
+                    k: int, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per model, the ``k`` images where ``impl`` is furthest behind the envelope: failures where
     another implementation succeeded first, then the largest ratio distance / d*. Columns: model,
-    sample, distance, d_star, ratio, found_by."""
+    sample, distance, d_star, ratio, found_by, and with ``table`` (the result rows) what the row
+    recorded of a dropped best (``BOUNDARY_COLUMNS``, for ``answer.boundary_text``)."""
     mine = dist[(dist["implementation"] == impl) & (dist["library_version"] == version) & (dist["norm"] == norm)]
+    if table is not None:
+        cols = [c for c in BOUNDARY_COLUMNS if c in table.columns]
+        keys = ["model", "norm", "implementation", "library_version", "sample"]
+        mine = mine.merge(table[keys + cols].drop_duplicates(keys, keep="last"), on=keys, how="left")
     both = mine.merge(env[env["norm"] == norm], on=["model", "norm", "sample"])
     both = both[(both["d_star"] > 0) & np.isfinite(both["d_star"])]
     both = both.assign(ratio=both["best_distance"] / both["d_star"])
     both = both[both["ratio"] > 1 + 1e-9]
     out = both.sort_values(["model", "ratio", "sample"], ascending=[True, False, True]).groupby("model").head(k)
-    return out[["model", "sample", "best_distance", "d_star", "ratio", "found_by"]].rename(
+    extra = [c for c in BOUNDARY_COLUMNS if c in out.columns]
+    return out[["model", "sample", "best_distance", "d_star", "ratio", "found_by", *extra]].rename(
         columns={"best_distance": "distance"})
 
 
@@ -151,20 +163,22 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
                          f"{_f(mine_board['rank'].iloc[0], '.0f')} of {int((board['norm'] == n).sum())} under {n}")
             out += [head, "=" * min(len(head), 100)]
             f = flags[(flags["implementation"] == impl) & (flags["library_version"] == version) & (flags["norm"] == n)]
-            out.append(f"flags: {len(f)}" + ("" if len(f) else " (none)"))
+            kinds = [severity(x) for x in f["flag"]]
+            out.append(f"flags: {len(f)}" + (f" ({kinds.count('defect')} defect, {kinds.count('weakness')} weakness)"
+                                             if len(f) else " (none)"))
             for r in f.itertuples(index=False):
                 model = "all models" if r.model == "*" else r.model
-                out.append(f"  {r.flag} ({model}): {r.evidence}")
+                out.append(f"  {r.flag} ({severity(r.flag)}; {model}): {r.evidence}")
             out += trust_lines(rec, impl, version, family, n, sorted(set(f["flag"].astype(str))))
             loc = local[(local["implementation"] == impl) & (local["library_version"] == version) & (local["norm"] == n)]
             out.append("ξ per model: " + ("; ".join(f"{r.model} {_f(r.optimality)} ({int(r.n_success)} of "
                                                     f"{int(r.n_samples)} broken)" for r in loc.itertuples(index=False))
                                           or "none"))
-            worst = behind_envelope(dist, env, impl, version, n, images)
+            worst = behind_envelope(dist, env, impl, version, n, images, table)
             out.append(f"furthest behind the envelope (d* = the smallest distance any implementation found): "
                        + ("none: it matches the envelope on every image" if worst.empty else ""))
             for r in worst.itertuples(index=False):
-                gap = "failed" if not np.isfinite(r.ratio) else f"{r.ratio:.2f}× d*"
+                gap = ("failed" + boundary_text(r._asdict())) if not np.isfinite(r.ratio) else f"{r.ratio:.2f}× d*"
                 out.append(f"  {r.model} image {r.sample}: {_f(r.distance, '.4g')} vs d* {_f(r.d_star, '.4g')} "
                            f"({gap}; d* by {r.found_by or '?'})")
             out.append("")

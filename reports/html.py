@@ -161,7 +161,7 @@ def _flags(data: ReportData) -> str:
     body = [f'<p class="explain">{esc(T.EXPLAIN_FLAGS)}</p>']
     if len(data.flags):
         counts = data.flags.groupby("flag").size()
-        body.append(ul(f"{flag} ({n}): {T.flag_meaning(flag)}" for flag, n in counts.items()))
+        body.append(ul(T.flag_line(flag, n) for flag, n in counts.items()))
         body.append(flag_rows_html(data))
     else:
         body.append("<p>No flags: every implementation ran cleanly and none is significantly weaker than the best "

@@ -76,15 +76,15 @@ header.top h1{font-size:1.35em;margin:0}
 p.ran{margin:2px 0 8px;font-size:.9em}
 section#answer h2{border-top:0;margin:6px 0 2px;padding-top:0;font-size:1.15em}
 p.key{color:var(--muted);font-size:.8em;margin:0 0 4px}
-.answer-grid{display:grid;grid-template-columns:minmax(0,1fr);gap:6px 16px;max-height:calc(100vh - 200px);overflow-y:auto;align-items:start}
+.answer-grid{display:grid;grid-template-columns:minmax(0,1fr);gap:4px 18px;align-items:start}
 @media (min-width:1700px){body.with-side main{max-width:none}.answer-grid{grid-template-columns:minmax(0,1fr) minmax(0,1fr)}}
-@media (max-width:1699px){.answer-grid table.answer+table.answer thead{display:none}}
-table.answer{table-layout:fixed;width:100%;font-size:.8em;min-width:0;margin:0}
-table.answer th,table.answer td{padding:2px 5px;max-width:none;white-space:normal;overflow-wrap:anywhere;vertical-align:top}
-table.answer thead th{white-space:nowrap;overflow-wrap:normal}
+table.answer{table-layout:fixed;width:100%;font-size:.78em;line-height:1.3;min-width:0;margin:0}
+table.answer caption{text-align:left;font-weight:600;padding:0 4px 1px;color:var(--muted)}
+table.answer th,table.answer td{padding:1px 4px;max-width:none;white-space:nowrap;vertical-align:top}
+table.answer td.pick,table.answer td.nb,table.answer th.fam,table.answer thead th{white-space:normal;overflow-wrap:anywhere}
 table.answer tbody{border-top:1px solid var(--line)}
 table.answer tbody tr{background:none}table.answer tbody:nth-of-type(even){background:#fafbfc}
-table.answer col.fam{width:168px}table.answer col.ver{width:100px}table.answer col.pick{width:31%}table.answer col.xi{width:122px}table.answer col.fl{width:46px}
+table.answer col.fam{width:13.5em}table.answer col.ver{width:8em}table.answer col.xi{width:9em}table.answer col.nb{width:13em}table.answer col.fl{width:3em}
 table.answer a{color:inherit;text-decoration:none}table.answer a:hover{text-decoration:underline}
 table.answer .fam a.badge{margin-left:2px}
 .v{display:inline-block;padding:0 6px;border-radius:8px;font-size:.92em;font-weight:600;white-space:nowrap}

@@ -13,7 +13,7 @@ from typing import Callable
 from . import text as T
 from .answer import answers
 from .audit_markdown import render_compare_markdown  # noqa: F401  (imported from here by harness/audit)
-from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, norm_bests, screen_rows
+from .first_screen import SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, norm_bests, ordered, screen_rows, weak_legend
 from .markdown_parts import md, slug, table
 from .plots import curve_svg, family_svg
 from .svg import Svg
@@ -26,7 +26,7 @@ PlotWriter = Callable[[Callable[[], Svg], str, str], str]
 def answer_table(data: ReportData) -> str:
     """The first screen's answer table: the rows and texts of report.html's (``first_screen``),
     the family and verdict on the first row of each family and norm."""
-    rows = screen_rows(answers(data), norm_bests(data))
+    rows = screen_rows(ordered(answers(data)), norm_bests(data))
     if not rows:
         return "No implementation produced results.\n"
     lines = ["| " + " | ".join(md(h) for h, _ in SCREEN_COLUMNS) + " |", "|---|---|---|---:|---|---:|"]
@@ -35,7 +35,8 @@ def answer_table(data: ReportData) -> str:
         verdict = VERDICT_LABEL.get(r.answer.verdict, r.answer.verdict) if r.span else ""
         cells = (family, verdict, r.label, r.xi_text, r.note_text, r.flags_text)
         lines.append("| " + " | ".join(md(c) for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+    legend = weak_legend(rows)
+    return "\n".join(lines) + "\n" + (f"\n{md(legend)}\n" if legend else "")
 
 
 def render_markdown(data: ReportData, plot_dir: Path | None = None, plot_prefix: str = "plots") -> str:
@@ -153,7 +154,7 @@ def _flags(data: ReportData, head: str) -> list[str]:
     """The flags with their meaning and findings, then the seed twins' noise floor."""
     out = [f"{head}\n\n{md(T.EXPLAIN_FLAGS)}\n"]
     if len(data.flags):
-        out += [f"- **{md(flag)}** ({k}): {md(T.flag_meaning(flag))}" for flag, k in data.flags.groupby("flag").size().items()]
+        out += [f"- {md(T.flag_line(flag, k))}" for flag, k in data.flags.groupby("flag").size().items()]
         out.append("")
         out.append(table(T.flag_rows(data.flags), T.FLAG_COLS))
     else:

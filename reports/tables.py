@@ -17,44 +17,13 @@ import pandas as pd
 
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
+from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
 from attackaudit.results.store import dataset_images
 from .seed_twins import seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
 FAILED_STATUSES = ("crash", "timeout", "invalid")
 
-#: one sentence per flag, for readers who do not know the vocabulary
-FLAG_MEANINGS: dict[str, str] = {
-    "crash": "the attack raised an exception; what the tracker saw before it still counts (the evidence says "
-             "whether anything survived)",
-    "timeout": "the job ran past its time limit and was killed",
-    "invalid": "it returned NaN, or a batch of the wrong shape or type",
-    "label_bug": "label evidence: its result changes on the class-permutation twin (same network, classes "
-                 "renamed) beyond its own seed noise, or it fails on every image of one class beyond what their "
-                 "difficulty explains, or in a targeted run its outputs reach a third class instead of the target",
-    "silent_failure": "it did not work: no backward pass, about one query per sample, or it broke none of the "
-                      "images the other implementations broke (its success rate is the clean error rate)",
-    "budget_overrun": "it asked for more queries than the budget; the tracker refused the extra ones",
-    "out_of_box": "it returned inputs outside the [0, 1] box",
-    "out_of_ball": "a fixed-ε attack returned points outside the ε-ball it was called with",
-    "eps_unused": "a fixed-ε attack failed while its outputs stayed far inside the ε-ball, where other "
-                  "implementations found adversarials within that ε: no ε makes it stronger",
-    "batch_dependence": "its result on an image changes when the image is attacked alone (the batch-split twin) "
-                        "beyond its own seed noise: it depends on the rest of the batch",
-    "last_not_best": "it returned a worse point than the best adversarial it had already found",
-    "nondeterminism": "two seeded runs of the same config disagree",
-    "optimality_gap": "a sibling of its family is shown different from it and closer (beyond ±5% per image) on "
-                      "the same model: a weakness, which alone does not keep it out of a trust set",
-    "shift_sensitivity": "its result changes when every logit is shifted by the same per-sample constant, "
-                         "which no sound loss notices",
-    "below_exact": "it claims a perturbation smaller than the proven exact minimum: a bug",
-    "below_expected_strength": "a family AttackBench publishes as strong, implemented far below both that "
-                               "strength and the best attack of its norm here: a defect, never trusted",
-    "fallback_output": "it returned a default output (the input, an all-zero or constant image, one output shared "
-                       "by several images) for images its own search never broke: those images count as failed",
-    "known_defect": "this release's implementation has a defect traced in attackaudit's defect corpus "
-                    "(fidelity/known_defects.json names the source line): never trusted",
-}
 
 
 @dataclass
@@ -284,7 +253,11 @@ def _summary(table: pd.DataFrame, manifests: list[dict], runs: list[Path], board
                                                      errors="coerce").dropna()})
     samples = table.groupby("model")["sample"].nunique().to_dict()
     impl_keys = table[["implementation", "library_version"]].astype(str).drop_duplicates()
-    flagged_keys = set(zip(flags_df["implementation"], flags_df["library_version"])) if len(flags_df) else set()
+    # flagged: a defect (fidelity/flag_kinds.py); weaker: only weaknesses
+    defects = defect_rows(flags_df)
+    flagged_keys = set(zip(defects["implementation"], defects["library_version"])) if len(defects) else set()
+    weaker_keys = (set(zip(flags_df["implementation"], flags_df["library_version"])) - flagged_keys) if len(flags_df) \
+        else set()
     unavailable, skipped = [], []
     for m in manifests:
         unavailable += [u for u in (m.get("unavailable") or []) if u not in unavailable]
@@ -307,6 +280,7 @@ def _summary(table: pd.DataFrame, manifests: list[dict], runs: list[Path], board
         "n_implementations": int(len(impl_keys)),
         "n_jobs": int(len(table[["model", "norm", "implementation", "library_version"]].drop_duplicates())),
         "n_flagged": int(len(flagged_keys)),
+        "n_weaker": int(len(weaker_keys)),
         "n_findings": int(len(flags_df)),
         "n_failed_jobs": int(len(crashes[["model", "norm", "implementation", "library_version"]]
                                  .drop_duplicates())) if len(crashes) else 0,
@@ -380,6 +354,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
     rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests))
+    flags_df = with_severity(flags_df)  # every view reads "flagged" / "weaker" off this column
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)
     marks = fidelity.flagged(flags_df)

@@ -12,7 +12,11 @@ import pandas as pd
 
 from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from here by harness/audit and tests)
 from .formats import MARGIN, Col, as_float, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
+from attackaudit.fidelity.flag_kinds import WEAKNESS, WEAKNESS_FLAGS, defect_rows, severity
 from .tables import FLAG_MEANINGS, ReportData
+
+#: the weakness flags as the explanations name them (fidelity/flag_kinds.py)
+_WEAK_NAMES = ", ".join(sorted(WEAKNESS_FLAGS))
 
 
 # ------------------------------------------------------------------------------------ columns
@@ -91,7 +95,9 @@ EXPLAIN_SEED = ("The seed twin (MODEL~seed) runs the randomised attacks again wi
                 "separated from its model.")
 
 FLAG_COLS = [
-    Col("flag", "flag"), Col("implementation", "implementation"), Col("version", "library_version"),
+    Col("flag", "flag"), Col("severity", "severity", tip="defect: never trusted (flagged); weakness: weaker than a "
+                                                         "sibling, still a candidate (fidelity/flag_kinds.py)"),
+    Col("implementation", "implementation"), Col("version", "library_version"),
     Col("model", "model"), Col("norm", "norm"), Col("evidence", "evidence"),
 ]
 
@@ -191,7 +197,9 @@ def facts(data: ReportData) -> list[tuple[str, str]]:
                                          f"{', '.join(map(str, s['devices'])) or '—'}"))
     out += [
         ("implementations", f"{s['n_implementations']} ran, in {s['n_jobs']} jobs (model × implementation × norm)"),
-        ("flagged", f"{s['n_flagged']} of {s['n_implementations']} implementations, {s['n_findings']} findings"),
+        ("flagged", f"{s['n_flagged']} of {s['n_implementations']} implementations (a defect: never trusted)"
+                    + (f"; {s['n_weaker']} more only weaker ({_WEAK_NAMES}: still trusted)" if s.get("n_weaker") else "")
+                    + f"; {s['n_findings']} findings"),
         ("failed jobs", f"{s['n_failed_jobs']} crashed, timed out or returned invalid output"),
     ]
     return out
@@ -216,7 +224,7 @@ def findings(data: ReportData) -> list[str]:
                    f"{_impl(var['worse'], var['worse_version'])} {var['optimality_worse']:.3f}.")
     if len(data.flags):
         by = data.flags.groupby("flag")["implementation"].nunique().sort_values(ascending=False)
-        out.append("Flags: " + "; ".join(f"{flag} on {n} implementation{'s' if n != 1 else ''}"
+        out.append("Flags: " + "; ".join(f"{flag} ({severity(flag)}) on {n} implementation{'s' if n != 1 else ''}"
                                         for flag, n in by.items()) + ".")
     else:
         out.append("No implementation was flagged.")
@@ -236,8 +244,8 @@ def _best_of_norm(data: ReportData) -> dict[str, tuple[str, float]]:
         return {}
     best = board.assign(_o=board["optimality"].astype(float).fillna(-1.0)) \
         .sort_values(["norm", "_o", "implementation"], ascending=[True, False, True]).drop_duplicates("norm")
-    flagged = set(zip(data.flags["implementation"].astype(str), data.flags["norm"].astype(str))) if len(data.flags) \
-        else set()
+    found = defect_rows(data.flags)
+    flagged = set(zip(found["implementation"].astype(str), found["norm"].astype(str))) if len(found) else set()
     # a flagged best is still the best measured; the reader is told it is flagged
     return {str(b.norm): (str(b.implementation) + (" (flagged)" if (b.implementation, b.norm) in flagged else ""),
                           float(b.optimality)) for b in best.itertuples(index=False)}
@@ -330,7 +338,7 @@ EXPLAIN_SUMMARY = ("How to read this report: every implementation attacked the s
                    "implementation's optimality ξ measures how close its robust-accuracy curve comes to the "
                    "envelope's (1 = as good as the best of all, 0 = never succeeded).")
 EXPLAIN_RECOMMEND = ("For each attack family and norm, the trust set. Candidates are the implementations without a "
-                     "defect flag (optimality_gap, a weakness, does not remove one). Every two candidates are compared "
+                     "defect flag (" + _WEAK_NAMES + ", a weakness, does not remove one). Every two candidates are compared "
                      "image by image (an image's results on all models are one block): a candidate is out when another "
                      "is shown different from it and closer, beyond ±" + MARGIN + " per image (Holm over every pair). "
                      "The top pick is the remaining one with the highest global ξ (within 0.001 the cheaper one). "
@@ -357,8 +365,8 @@ EXPLAIN_ALIGNMENT = ("Families that more than one implementation ran, side by si
                      "±" + MARGIN + "), or inconclusive, with the number of images that would decide. The per-image "
                      "estimate says which one is closer; win counts are shown, never used for direction.")
 EXPLAIN_FLAGS = ("Each flag is a finding about one implementation on one model and norm, with the evidence that "
-                 "triggered it. Every flag but optimality_gap (a weakness) marks a defect: such an implementation is "
-                 "never trusted. The rules that are tests control their error rate across the report "
+                 "triggered it. Every flag but " + _WEAK_NAMES + " (a weakness: the implementation is weaker, still "
+                 "trusted) marks a defect: such an implementation is flagged and never trusted. The rules that are tests control their error rate across the report "
                  "(Benjamini–Hochberg); twin-based flags are judged against the attack's own seed noise.")
 EXPLAIN_CRASHES = ("Jobs that crashed, timed out or returned invalid output, with the one-line cause (the full "
                    "traceback is in the run's logs/). What the tracker saw before a crash still counts.")
@@ -379,6 +387,12 @@ EXPLAIN_EXACT = ("Exact minimal distances (MILP) give the true robust-accuracy c
 
 def flag_meaning(flag: str) -> str:
     return FLAG_MEANINGS.get(flag, "")
+
+
+def flag_line(flag: str, n: int) -> str:
+    """One flag of the report's list: its name, its findings, its severity and what it means."""
+    word = "a weakness: weaker, still trusted" if severity(flag) == WEAKNESS else "a defect: flagged, never trusted"
+    return f"{flag} ({n}; {word}): {flag_meaning(flag)}"
 
 
 def ran_line(data: ReportData) -> str:

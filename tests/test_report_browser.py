@@ -1,9 +1,11 @@
 """The generated report.html in a real headless Chromium (Debian's ``chromium``): every plot
 renders, no console message at all (script errors, Content-Security-Policy violations, failed
 loads all log one), the tables are there and sort on click, the first screen reads whole at
-1280×800 and 1920×1080 (nothing clipped or off the edge, each ⚑ on the row it counts, weak picks
-marked), and a screenshot is saved as a test artefact (test-artifacts/report.png, and
-test-artifacts/first-screen-WxH.png at both sizes)."""
+1280×800 and 1920×1080 (nothing clipped or off the edge, no scroll box inside it, the decided
+answers first and whole on the first screen, also for a run of the demo's 46 families and norms;
+each ⚑ on the row it counts, counting defects only; weak picks marked), and a screenshot is saved
+as a test artefact (test-artifacts/report.png, and test-artifacts/first-screen-RUN-WxH.png at both
+sizes)."""
 from __future__ import annotations
 
 import base64
@@ -23,6 +25,7 @@ import pytest
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
 from attackaudit.results.store import write_job, write_manifest
+from demo_shaped_run import write_demo_shaped_run
 from test_report_first_screen import flag_counts, write_first_screen_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,19 +181,28 @@ def screen_run(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    """A run shaped like the demo (the catalogue's 46 families and norms, its long names), reported."""
+    run = tmp_path_factory.mktemp("browser-demo-shaped")
+    write_demo_shaped_run(run)
+    return run
+
+
 # Measures the answer as laid out: every cell, badge and line of text of the answer tables must lie
 # inside its cell and the viewport (a clipped or cut name, a badge cut by its cell or a column off
-# the right edge each add to ``bad``); per row its texts, and whether its ⚑ badges lie on its row
-# (the implementation's) and in the family's header cell (the family's).
-SCREEN = """window.addEventListener('load',function(){var r={bad:[],rows:[]};
+# the right edge each add to ``bad``); per table (decided, open) its box; per row its table, texts,
+# box, and whether its ⚑ badges lie on its row (the implementation's) and in the family's header
+# cell (the family's).
+SCREEN = """window.addEventListener('load',function(){var r={bad:[],rows:[],tables:[]};
 var vw=document.documentElement.clientWidth;r.vw=vw;r.innerWidth=window.innerWidth;r.innerHeight=window.innerHeight;
 r.scrollY=window.scrollY;var grid=document.querySelector('#answer .answer-grid'),g=grid.getBoundingClientRect();
-r.grid=[g.left,g.top,g.right,g.bottom];r.gridMax=parseFloat(getComputedStyle(grid).maxHeight);
-r.tables=Array.prototype.map.call(grid.querySelectorAll('table.answer'),function(t){var b=t.getBoundingClientRect();
-return [b.left,b.top,b.right,b.bottom];});
+r.grid=[g.left,g.top,g.right,g.bottom];r.gridOverflow=getComputedStyle(grid).overflowY;
+function box(e){var b=e.getBoundingClientRect();return [b.left,b.top,b.right,b.bottom];}
 function inside(a,b){return a.left>=b.left-0.5&&a.right<=b.right+0.5&&a.top>=b.top-0.5&&a.bottom<=b.bottom+0.5;}
 function text(e){return e.textContent.replace(/\s+/g,' ').trim();}
-grid.querySelectorAll('th,td').forEach(function(c){if(!c.getClientRects().length){return;}
+grid.querySelectorAll('table.answer').forEach(function(t){r.tables.push({cls:t.className,box:box(t)});});
+grid.querySelectorAll('th,td,caption').forEach(function(c){if(!c.getClientRects().length){return;}
 var cb=c.getBoundingClientRect();
 if(c.scrollWidth>c.clientWidth+1||c.scrollHeight>c.clientHeight+1){r.bad.push(['cell overflows',text(c)]);}
 if(cb.right>vw+0.5||cb.left<-0.5){r.bad.push(['cell off the edge',text(c)]);}
@@ -201,59 +213,80 @@ r.bad.push(['text cut',n.textContent.trim()]);}});}
 c.querySelectorAll('.v,.badge,.weak').forEach(function(e){if(e.scrollWidth>e.clientWidth+1||!inside(e.getBoundingClientRect(),cb)){
 r.bad.push(['badge cut',text(e)]);}});});
 grid.querySelectorAll('table.answer tbody').forEach(function(tb){var fam=tb.querySelector('th.fam'),fb=fam.querySelector('.badge');
+var cls=tb.parentNode.className;
 Array.prototype.forEach.call(tb.rows,function(tr,i){var own=tr.querySelector('td.own .badge'),rb=tr.getBoundingClientRect();
 var pick=tr.querySelector('td.pick a');
-r.rows.push({first:i===0,family:text(fam),famBadge:fb?text(fb):'',famBadgeInHeader:fb?inside(fb.getBoundingClientRect(),
-fam.getBoundingClientRect()):null,verdict:text(tb.querySelector('td.ver')),title:pick.getAttribute('title'),
+r.rows.push({table:cls,first:i===0,box:box(tr),family:text(fam),famBadge:fb?text(fb):'',
+famBadgeInHeader:fb?inside(fb.getBoundingClientRect(),fam.getBoundingClientRect()):null,
+verdict:text(tb.querySelector('td.ver')),pick:text(pick),title:pick.getAttribute('title'),
 xi:text(tr.querySelector('td.num')),note:text(tr.querySelector('td.nb')),own:own?text(own):'',
-ownTitle:own?own.getAttribute('title'):'',ownOnRow:own?inside(own.getBoundingClientRect(),rb):null});});});
+ownOnRow:own?inside(own.getBoundingClientRect(),rb):null});});});
 var pre=document.createElement('pre');pre.id='aa-check';pre.textContent=JSON.stringify(r);
 document.body.appendChild(pre);});"""
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
-def test_first_screen_reads_whole(screen_run: Path, tmp_path: Path, width: int, height: int):
-    from attackaudit.reports.first_screen import WEAK_PICK_FRACTION
-
-    r = _probe(screen_run / "report.html", SCREEN, tmp_path, window=f"{width},{height}")
+def _screen(run: Path, tmp_path: Path, width: int, height: int) -> dict:
+    """The first screen of ``run``'s report.html laid out at ``width`` × ``height``, with the checks
+    every run must pass: nothing clipped, cut or off the edge; no scroll box inside the answer (a
+    row cut by its bottom edge); the decided answers first, every row of them whole inside the first
+    screen; each ⚑ on the row it counts, counting defects only; a screenshot saved."""
+    r = _probe(run / "report.html", SCREEN, tmp_path, window=f"{width},{height}")
     assert r["innerWidth"] == width and r["vw"] <= width and r["scrollY"] == 0
-    # nothing clipped, cut or past the right edge: every cell, badge and line of text inside its
-    # cell and the viewport
     assert r["bad"] == [], r["bad"]
-    left, top, right, bottom = r["grid"]
-    assert 0 <= left and right <= r["vw"] and 0 < top < bottom <= r["innerHeight"], r
-    assert all(t[2] <= r["vw"] for t in r["tables"]), r["tables"]
-    # the answer's scroll area ends inside the first screen however many families a run has
-    assert top + r["gridMax"] <= r["innerHeight"] + 1, (top, r["gridMax"], r["innerHeight"])
-    # two tables side by side where the window is wide, one under the other where it is not
-    (l0, t0, r0, _), (l1, t1, _, _) = r["tables"]
-    assert (l1 > r0) if width >= 1700 else (t1 > t0 and abs(l1 - l0) < 1), r["tables"]
-    # each ⚑ on the row it counts: the implementation's own flags on its row, the family's count in
-    # the family's header cell
-    own, family = flag_counts(screen_run)
-    assert len(r["rows"]) == 11
+    left, top, right, _ = r["grid"]
+    assert 0 <= left and right <= r["vw"] and 0 < top < r["innerHeight"], r
+    assert r["gridOverflow"] == "visible", r["gridOverflow"]
+    assert all(t["box"][2] <= r["vw"] for t in r["tables"]), r["tables"]
+    decided = [row for row in r["rows"] if "decided" in row["table"]]
+    open_ = [row for row in r["rows"] if "open" in row["table"]]
+    assert r["rows"] == decided + open_                              # decided first
+    assert {row["verdict"] for row in decided} <= {"clear", "tied", "only"}
+    assert {row["verdict"] for row in open_} <= {"inconclusive", "none"}
+    assert all(0 <= row["box"][1] and row["box"][3] <= r["innerHeight"] for row in decided), \
+        [row for row in decided if row["box"][3] > r["innerHeight"]][:3]
+    own, family = flag_counts(run)
     for row in r["rows"]:
-        name, _, version = row["title"].rpartition(" ")
         fam, norm = row["family"].split(" ⚑ ")[0].split(" · ")
-        n = own.get((name, version, norm), 0)
-        assert row["own"] == (f"⚑ {n}" if n else "") and row["ownOnRow"] in ((True,) if n else (None,)), row
+        if row["pick"] == "none trusted":
+            assert row["verdict"] == "none" and row["xi"] == "" and row["own"] == "", row
+        else:
+            name, _, version = row["title"].rpartition(" ")
+            n = own.get((name, version, norm), 0)
+            assert row["own"] == (f"⚑ {n}" if n else "") and row["ownOnRow"] in ((True,) if n else (None,)), row
         k, total = family[(fam, norm)]
         assert row["famBadge"] == (f"⚑ {k} of {total}" if k else "") and row["famBadgeInHeader"] in (
             (True,) if k else (None,)), row
-    # a weak pick is marked on its row, with the best of its norm named
-    board = pd.read_csv(screen_run / "leaderboard.csv")
-    best = board.sort_values("optimality", ascending=False).drop_duplicates("norm").set_index("norm")
-    weak = [row for row in r["rows"] if row["note"].startswith("weak")]
-    assert [row["family"].split(" ⚑")[0] for row in weak] == ["ead · l2", "fab · linf"]
-    for row in weak:
-        norm = row["family"].split(" ⚑")[0].split(" · ")[1]
-        assert float(row["xi"].split()[0]) < WEAK_PICK_FRACTION * best.loc[norm, "optimality"]
-        assert f"best of {norm} is {best.loc[norm, 'implementation']}" in row["note"]
-    shot = ARTIFACT.parent / f"first-screen-{width}x{height}.png"
+    shot = ARTIFACT.parent / f"first-screen-{run.name.rstrip('0123456789')}-{width}x{height}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     done = _chrome([f"--screenshot={shot}", f"--window-size={width},{height}", "--hide-scrollbars",
-                    (screen_run / "report.html").as_uri()], tmp_path / "profile-screen-shot")
+                    (run / "report.html").as_uri()], tmp_path / "profile-screen-shot")
     assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return r
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_first_screen_reads_whole(screen_run: Path, tmp_path: Path, width: int, height: int):
+    r = _screen(screen_run, tmp_path, width, height)
+    assert len(r["rows"]) == 11
+    # a weak pick is marked on its row; the best of its norm is named under the table
+    weak = [row for row in r["rows"] if row["note"] == "weak"]
+    assert sorted(row["family"].split(" ⚑")[0] for row in weak) == ["ead · l2", "fab · linf"]
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1920, 1080)])
+def test_a_demo_sized_first_screen_shows_every_decided_answer(demo_run: Path, tmp_path: Path, width: int,
+                                                              height: int):
+    r = _screen(demo_run, tmp_path, width, height)
+    families = {row["family"].split(" ⚑")[0] for row in r["rows"]}
+    assert len(families) == 46                                       # the catalogue's families and norms
+    decided = [row for row in r["rows"] if "decided" in row["table"]]
+    assert len({row["family"] for row in decided}) >= 20, len(decided)
+    # one line per row where the names allow it: no row of the decided answer wraps
+    heights = [row["box"][3] - row["box"][1] for row in decided]
+    assert max(heights) < 1.6 * min(heights), heights
+    # side by side where the window is wide, one under the other where it is not
+    (d, o) = [t["box"] for t in r["tables"]]
+    assert (o[0] > d[2]) if width >= 1700 else (o[1] >= d[3] - 1), r["tables"]
 
 
 @pytest.fixture(scope="module")

@@ -372,7 +372,7 @@ def test_explain_prints_one_implementations_story(report, capsys):
     assert len(behind) == 4
     evil = main(["explain", str(run), "evil", "--norm", "l2"])
     story = capsys.readouterr().out
-    assert evil == 0 and "crash (m-cnn)" in story and "not trusted" in story and "it is flagged (crash" in story
+    assert evil == 0 and "crash (defect; m-cnn)" in story and "not trusted" in story and "it is flagged (crash" in story
     for args, message in ((["pgd"], "ambiguous"), (["nope/none"], "not in this run"),
                           (["art/fmn", "--norm", "l0"], "did not run under --norm l0")):
         assert main(["explain", str(run), *args]) == 2
@@ -408,9 +408,11 @@ def test_inconclusive_trust_cell_names_the_images_that_would_decide():
     assert cell == f"inconclusive: adv_lib/apgd, foolbox/LinfPGD; rerun with --samples {r['images_to_decide']:.0f} (80% power)"
     found = answers(data)[0]
     assert found.verdict == "inconclusive" and found.members[1].answer == "inconclusive"
-    # as the reader sees it (the flag and its value are kept on one line by a span)
-    shown = re.sub(r"<[^>]+>", "", answer_section(data, [found]))
-    assert f"rerun with --samples {r['images_to_decide']:.0f}" in shown
+    # as the reader sees it: in a few words on the first screen, the whole sentence in its title
+    page = answer_section(data, [found])
+    shown = re.sub(r"<[^>]+>", "", page)
+    assert f"rerun: --samples {r['images_to_decide']:.0f}" in shown
+    assert f'title="rerun with --samples {r["images_to_decide"]:.0f} (80% power)"' in page
     # the pair row says the same in its own words
     pooled = data.pairs.iloc[0]
     assert pooled["answer"] == "inconclusive" and "statistic" not in data.pairs.columns
