@@ -17,7 +17,6 @@ import html
 import json
 import os
 import sys
-import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -26,6 +25,10 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.results.store import atomic_write_bytes, load_run, read_manifest
+from attackaudit.sources.user_args import NORMS  # noqa: F401  (attackaudit.api.NORMS, as before)
+from attackaudit.sources.user_args import check_int as _check_int  # noqa: F401  (tests call api._check_int)
+from attackaudit.sources.user_args import checked_scalars as _checked_scalars, filters as _filters
+from attackaudit.sources.user_args import plugin_paths as _plugin_paths, run_dir_of as _run_dir
 
 if TYPE_CHECKING:  # annotations only: importing torch here would make ``import attackaudit`` heavy
     from matplotlib.figure import Figure
@@ -36,7 +39,6 @@ if TYPE_CHECKING:  # annotations only: importing torch here would make ``import 
 
 #: written beside the manifest by ``compare``: how its jobs ran, and which model they attacked
 NOTEBOOK_FILE = "notebook.json"
-NORMS = ("l0", "l1", "l2", "linf")
 
 
 def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor | np.ndarray", *,
@@ -46,7 +48,8 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
             seed: int = 0, targeted: bool = False, metamorphic: bool = False,
             steps_scale: float = 1.0, batch_size: int = 0, device: str = "auto",
             workers: int | None = None, timeout_s: float = 900.0,
-            out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None) -> "Result":
+            out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None,
+            name: str | None = None) -> "Result":
     """Run every matching attack implementation on ``model`` and say which ones to trust.
 
     Parameters
@@ -62,15 +65,13 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     labels : Tensor or ndarray, shape (N,)
         Integer classes in [0, K).
     families : str or sequence of str, optional
-        Attack families (``"apgd"``, ``["pgd", "cw"]``), as ``attackaudit run --families``; any
-        case. None: all. ``attackaudit attacks`` lists the catalogue.
+        Attack families (``"apgd"``, ``["pgd", "cw"]``), any case; None: all (``attackaudit attacks``).
     norms : str or sequence of str, optional
-        ``"l0"``, ``"l1"``, ``"l2"``, ``"linf"`` (any case: ``"Linf"``). None: all four.
+        ``"l0"``, ``"l1"``, ``"l2"``, ``"linf"``, any case (``"Linf"``); None: all four.
     libraries : str or sequence of str, optional
-        Libraries (``"adv_lib"``, ``"foolbox"``, ``"art"``, ``"torchattacks"``, ``"cleverhans"``, a
-        plugin's). None: all.
+        Library names (``"adv_lib"``, ``"torchattacks"``, a plugin's); None: all.
     attacks : str or sequence of str, optional
-        Spec keys or implementations (``"adv_lib/fmn"``, ``"adv_lib/fmn/l2"``); any case. None: all.
+        Spec keys or implementations (``"adv_lib/fmn/l2"``), any case; None: all.
     plugins : sequence of paths
         Plugin files of your own attacks (``def specs() -> list[AttackSpec]``); always run.
     budget : int
@@ -103,6 +104,10 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     retry : str, optional
         ``"crashed"``: the jobs of ``out`` that crashed run again. Jobs whose worker failed before
         the attack started (``harness_error``) always do.
+    name : str, optional
+        What the model is called in the rows' ``model`` column, progress bars, flags, ``explain``
+        and reports (letters, digits, ``_``, ``.``, ``-``); None: its class name. The model's
+        source stays a file of the run directory; another name resumes the same run.
 
     Returns
     -------
@@ -117,7 +122,7 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
     attackaudit.run.faults.HarnessFault
         Every job failed before its attack started, the same way (one line: the cause and the fix).
     """
-    from attackaudit.sources.user_model import checked_inputs, hand_over, save_data
+    from attackaudit.sources.user_model import checked_inputs, hand_over, model_name, save_data
 
     x, y, notes = checked_inputs(model, inputs, labels)
     samples, workers = _checked_scalars(len(y), samples=samples, budget=budget, seed=seed, batch_size=batch_size,
@@ -129,10 +134,12 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if retry not in (None, "crashed"):
         raise ValueError(f"retry must be None or 'crashed', got {retry!r}")
+    label = model_name(model, name)
     run_dir = _run_dir(out)
     dataset = save_data(run_dir, x, y)
     handoff = hand_over(model, run_dir, isolate=workers > 0)
-    flags = {"out": str(run_dir), "models": [handoff.source], "dataset": dataset, **names, "plugins": plugin_paths,
+    flags = {"out": str(run_dir), "models": [handoff.source], "model_names": {handoff.source: label},
+             "dataset": dataset, **names, "plugins": plugin_paths,
              "budget": budget, "samples": samples, "seed": seed, "targeted": targeted, "metamorphic": metamorphic,
              "steps_scale": float(steps_scale), "batch_size": batch_size, "device": device,
              "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress, "retry": retry or ""}
@@ -303,62 +310,15 @@ class Result:
     def __repr__(self) -> str:
         return f"Result({str(self.run_dir)!r}; {self.execution})"
 
+    def __str__(self) -> str:
+        """``print(result)``: the run, then per family and norm the verdict and whom to trust."""
+        rec = self.recommendation
+        lines = [repr(self), *(f"note: {n}" for n in self.notes)] + [
+            f"{r['family']} {r['norm']}: {r.get('verdict', '')}: {_members(r)}" for _, r in rec.iterrows()]
+        return "\n".join(lines if len(rec) else lines + ["No implementation produced results."])
+
 
 # -- compare's steps ------------------------------------------------------------------------------
-def _checked_scalars(n: int, *, samples: object, budget: object, seed: object, batch_size: object, workers: object,
-                     steps_scale: object, timeout_s: object, targeted: object, metamorphic: object,
-                     progress: object) -> tuple[int, int]:
-    """(samples, workers) with their defaults filled in (all ``n`` inputs; up to 2 workers), or
-    ValueError naming the first argument that is wrong, in ``compare``'s parameter order."""
-    if samples is None:
-        samples = n
-    _check_int("samples", samples, 1)  # more than n: all n, with a note (data.samples_note, the run's rule)
-    _check_int("budget", budget, 1)
-    _check_int("seed", seed, 0)
-    _check_int("batch_size", batch_size, 0)
-    workers = min(2, os.cpu_count() or 1) if workers is None else workers
-    _check_int("workers", workers, 0)
-    for name, value in (("steps_scale", steps_scale), ("timeout_s", timeout_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    for name, value in (("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    return samples, workers
-
-
-def _filters(**filters: str | Sequence[str] | None) -> dict[str, list[str] | None]:
-    """Each filter (families, norms, libraries, attacks) as a list of names (None: all); ValueError
-    for a malformed filter or an unknown norm."""
-    names = {name: _names(name, value) for name, value in filters.items()}
-    if names["norms"] and (bad := [v for v in names["norms"] if v.lower() not in NORMS]):
-        raise ValueError(f"norms: {bad[0]!r} is not one of {', '.join(NORMS)} (any case)")
-    if names["norms"]:  # "Linf" is linf, as families="PGD" is pgd (the runner matches names in any case)
-        names["norms"] = [v.lower() for v in names["norms"]]
-    return names
-
-
-def _plugin_paths(plugins: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """The plugin files as absolute paths; one path alone is one file. ValueError for a non-file."""
-    if isinstance(plugins, (str, os.PathLike)):  # one file
-        plugins = [plugins]
-    plugin_paths = [str(Path(p).resolve()) for p in plugins]
-    for path in plugin_paths:
-        if not Path(path).is_file():
-            raise ValueError(f"plugins: {path} is not a file; pass .py files that define specs()")
-    return plugin_paths
-
-
-def _run_dir(out: str | os.PathLike | None) -> Path:
-    """``out`` created (None: a new temporary directory); ValueError when it cannot be."""
-    run_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attackaudit-"))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"out: cannot create {run_dir} ({exc.strerror or exc})") from None
-    return run_dir
-
-
 def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run_dir: Path,
               notes: list[str]) -> None:
     """Resolve ``flags`` into the run's config, run its jobs (isolated in workers, or in this
@@ -398,30 +358,13 @@ def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run
             message = f"{head or message}, or pass workers=0 to run the jobs in this process" + (
                 f" (the traceback: {where}" if head else "")
         raise HarnessFault(message) from None
-    note = {"execution": execution, "isolated": handoff.isolated, "model": type(model).__qualname__,
+    note = {"execution": execution, "isolated": handoff.isolated, "model": config.model_names[handoff.source],
             "model_source": handoff.source, "fingerprint": handoff.fingerprint, "summary": summary.line(),
             "notes": notes}
     atomic_write_bytes(run_dir / NOTEBOOK_FILE, (json.dumps(note, indent=2) + "\n").encode())
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _check_int(name: str, value: object, low: int, high: int | None = None, what_high: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
-            high is not None and value > high):
-        bound = f"between {low} and {what_high or high}" if high is not None else f"≥ {low}"
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-
-
-def _names(name: str, value: str | Sequence[str] | None) -> list[str] | None:
-    """A filter as a list of names; one string is one name."""
-    if value is None:
-        return None
-    values = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
-    if values is None or not values or not all(isinstance(v, str) and v for v in values):
-        raise ValueError(f"{name} must be a name or a non-empty list of names, got {value!r}")
-    return values
-
-
 def _members(row: Mapping[str, Any]) -> str:
     members = row.get("trust_set") or []
     if not members:

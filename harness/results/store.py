@@ -101,7 +101,8 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 
 
 def load_run(run_dir: str | Path) -> pd.DataFrame:
-    """All per-sample rows of a run (one row per sample per job), as a pandas DataFrame.
+    """All per-sample rows of a run (one row per sample per job), as a pandas DataFrame. A model
+    named in the manifest's ``model_names`` (``attackaudit.compare(name=...)``) is shown by its name.
 
     Unreadable job files are skipped (the next run of the same command re-runs them).
     """
@@ -117,7 +118,33 @@ def load_run(run_dir: str | Path) -> pd.DataFrame:
     if not frames:
         from attackaudit.results.schema import ROW_COLUMNS
         return pd.DataFrame(columns=ROW_COLUMNS)
-    return pd.concat(frames, ignore_index=True)
+    rows = pd.concat(frames, ignore_index=True)
+    names = model_names(run_dir)
+    if names:
+        rows["model"] = [model_label(m, names) for m in rows["model"]]
+    return rows
+
+
+def model_names(run_dir: Path) -> dict[str, str]:
+    """{model source: the name it is shown by} of a run (the manifest's ``model_names``: what
+    ``attackaudit.compare(name=...)`` gave its model, whose source is a path in the run
+    directory); a ``--repeat`` directory reads its run's."""
+    run_dir = Path(run_dir)
+    for d in (run_dir, run_dir.parent) if run_dir.name == "repeat" else (run_dir,):
+        try:
+            names = (read_manifest(d) or {}).get("model_names")
+        except (OSError, ValueError):
+            continue
+        if names:
+            return dict(names)
+    return {}
+
+
+def model_label(model: str, names: dict[str, str]) -> str:
+    """``model`` as rows, bars and pages show it: its name in ``names`` (a twin keeps its suffix:
+    ``mynet~shift``), else the source itself."""
+    base, sep, twin = model.partition("~")
+    return names[base] + sep + twin if base in names else model
 
 
 def ensure_writable(run_dir: Path) -> None:

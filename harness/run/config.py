@@ -27,7 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
                      "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
                      "repeat",  # the repeat is a second run beside the first: adding it resumes the first
-                     "retry"}
+                     "retry",
+                     "model_names"}  # how a model is shown, not what runs: renaming one resumes its run
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,8 @@ class RunConfig:
     force: bool = False
     strict: bool = False
     retry: str = ""  # "crashed": finished jobs that crashed run again (runner.RETRY_STATUSES)
+    # model source -> the name rows, bars and pages show (attackaudit.compare's name=; store.model_label)
+    model_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -23,8 +23,9 @@ from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecu
 from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
 from attackaudit.results.schema import HARNESS_ERROR
-from attackaudit.results.store import ensure_writable, job_statuses, logs_dir, read_manifest, repeat_dir, write_manifest
-from attackaudit.sources.twins import has_job, run_twin_models, twin_samples
+from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
+                                      write_manifest)
+from attackaudit.sources.twins import has_job, is_randomised, run_twin_models, twin_samples
 from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, twin_of
 
 if TYPE_CHECKING:
@@ -168,8 +169,11 @@ def plan(config: RunConfig) -> Plan:
                 if entry.plugin is not None:
                     left_out.setdefault((entry.plugin.path, plugin_note), []).append(spec.key)
                 continue
+            # "randomised": declared by the spec (or a measured built-in): the report names an
+            # implementation whose seed twin differs without it (reports/seed_twins.py)
             specs[spec.key] = {"library": spec.library, "name": spec.name, "family": spec.family,
-                               "norm": spec.norm, "kind": spec.kind.value, "params": dict(spec.params)}
+                               "norm": spec.norm, "kind": spec.kind.value, "params": dict(spec.params),
+                               "implementation": spec.implementation, "randomised": is_randomised(spec)}
             plugin_ref = entry.plugin.ref if entry.plugin else ""
             jobs += [_job(config, model, spec, plugin_ref) for model in models
                      if has_job(model, spec)]  # a seed twin: randomised specs only
@@ -301,7 +305,7 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         # how many images a rerun could draw: verdicts that need more say "cannot be decided here"
         "dataset_images": dataset_size(config.dataset),
         "jobs": [j.job_id for j in p.jobs], "skipped": p.skipped, "unavailable": p.unavailable,
-        "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat,
+        "specs": p.specs, "model_checks": model_checks, "repeat": config.repeat, "model_names": config.model_names,
     })
     pending = [j for j in p.jobs if _to_run(run_dir, j, config.retry)]
     again = repeat_jobs(config, p.jobs)
@@ -319,9 +323,10 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
     def on_done(job: Job, result: dict[str, str]) -> None:
         results.append(result)
         bar.update(1)
-        bar.set_postfix_str(f"{job.model} {job.spec_key} {result.get('status')}", refresh=False)
+        bar.set_postfix_str(f"{model_label(job.model, config.model_names)} {job.spec_key} {result.get('status')}",
+                            refresh=False)
 
-    sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty())
+    sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty(), names=config.model_names)
     try:
         executor.run(pending, run_dir, on_done, sample_bars.update)
         if again_pending:
@@ -341,8 +346,9 @@ class SampleBars:
     """One bar per worker under the job bar: the samples of its running job, and how much of the
     budget the running batch has used (a long job is otherwise a frozen line)."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, names: dict[str, str] | None = None) -> None:
         self.enabled = enabled
+        self.names = names or {}  # model source -> its name (store.model_label)
         self.bars: dict[int, tqdm] = {}
         self.jobs: dict[int, str] = {}
 
@@ -358,7 +364,8 @@ class SampleBars:
             self.jobs[slot] = job.job_id
             bar.reset(total=total)
         bar.n = done
-        bar.set_description_str(f"  worker {slot + 1}: {job.model} {job.spec_key}", refresh=False)
+        bar.set_description_str(f"  worker {slot + 1}: {model_label(job.model, self.names)} {job.spec_key}",
+                                refresh=False)
         bar.set_postfix_str(f"batch budget {used:.0%}", refresh=False)
         bar.refresh()
 

@@ -79,6 +79,15 @@ def model_fingerprint(model: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
+def model_name(model: object, name: object) -> str:
+    """``compare(name=...)``: ``name`` (None: the model's class name), or ValueError naming it."""
+    label = type(model).__name__ if name is None else name
+    if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label):
+        raise ValueError(f"name must be letters, digits, '_', '.' or '-' (it names the model in the rows, bars and "
+                         f"reports), got {name!r}")
+    return label
+
+
 def save_data(run_dir: Path, inputs: Tensor, labels: Tensor) -> str:
     """Write the data once into ``run_dir/data``; returns its dataset source ``tensors:<path>``.
 
