@@ -78,7 +78,8 @@ def test_out_is_required():
 def test_models_twins_and_sources():
     twins = ["digits-mlp~shift", "digits-cnn~perm", "digits-mlp~seed", "digits-mlp~split", "digits-mlp~batch"]
     assert config(models=twins).models == twins
-    assert error(models=["digits-rnn"]) == "unknown model 'digits-rnn'; `attackaudit models` lists the zoo"
+    assert error(models=["digits-rnn"]) == ("unknown model 'digits-rnn' (nearest: digits-cnn, digits-mlp, "
+                                            "digits-cnn-at-l2); `attackaudit models` lists the zoo")
     assert error(models=["zoo:digits-rnn"]) == "unknown model 'zoo:digits-rnn'; `attackaudit models` lists the zoo"
     assert error(models=["zoo:digits-mlp:extra"]) == "model source 'zoo:digits-mlp:extra': expected zoo:NAME"
     assert config(models=["zoo:digits-mlp"]).models == ["zoo:digits-mlp"]
@@ -106,7 +107,8 @@ def test_devices():
 def test_norms():
     assert config(norms=["l0", "l1", "l2", "linf"]).norms == ["l0", "l1", "l2", "linf"]
     assert error(norms=["l2", "l3"]) == "unknown norm 'l3'; use l0, l1, l2 or linf"
-    assert error(norms=["L2", "l5"]) == "unknown norm 'L2'; use l0, l1, l2 or linf"
+    assert error(norms=["L2", "l5"]) == "unknown norm 'l5'; use l0, l1, l2 or linf"  # any case: L2 is l2
+    assert config(norms=["L2", "Linf"]).norms == ["l2", "linf"]
 
 
 @pytest.mark.parametrize("name, bad, message", [
