@@ -139,7 +139,8 @@ def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | 
                 f" (it broke {broke} (model, image) cases, every one beyond ε₀, where ξ gives no credit)")
         out.append({"model": "*", "norm": r.norm, "implementation": r.implementation,
                     "library_version": r.library_version, "flag": "below_expected_strength", "evidence": (
-                        f"ξ {r.family_optimality:.3f} against its family's envelope{zero} over {r.n_models} models, "
+                        f"ξ {r.family_optimality:.3f} against its family's envelope{zero} over {r.n_models} "
+                        f"model{'s' * (r.n_models != 1)}, "
                         f"below half of the strongest {r.family} of another library here ({r.sibling_best_impl}, "
                         f"{r.family_sibling_best:.3f}), in a family AttackBench publishes as strong under {r.norm} "
                         f"({r.expected:.3f}); against the norm's envelope ξ {r.optimality:.3f} (best of {r.norm} "

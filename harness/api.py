@@ -366,14 +366,16 @@ def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run
 
 # -- helpers --------------------------------------------------------------------------------------
 def _members(row: Mapping[str, Any]) -> str:
+    from attackaudit.reports.formats import f_ci, f_opt
+
     members = row.get("trust_set") or []
     if not members:
         return str(row.get("note") or row.get("summary") or "none")
     parts = []
     for m in members:
         ci = m.get("optimality_ci") or [float("nan")] * 2
-        interval = f", {ci[0]:.2f}–{ci[1]:.2f}" if all(np.isfinite(ci)) else ""
-        parts.append(f"{m.get('implementation', '?')} ({m.get('optimality', float('nan')):.2f}{interval})")
+        interval = f", {f_ci(*ci)}" if f_ci(*ci) else ""  # ξ and its interval at one precision
+        parts.append(f"{m.get('implementation', '?')} ({f_opt(m.get('optimality', float('nan')))}{interval})")
     return "; ".join(parts)
 
 

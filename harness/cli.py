@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--libraries", nargs="+")
     p.add_argument("--metamorphic", action="store_true", help="also run every model's metamorphic twins (~shift: logits shifted; ~perm: classes permuted) "
                         "and, on the first model, the run twins (~seed: randomised attacks with another seed, "
-                        "the noise floor; ~split: every attack on one sample per call)")
+                        "the noise floor; ~split: every attack on one sample per call; ~batch: every attack on "
+                        "the images reversed, with companions, in one call)")
     p.add_argument("--repeat", type=int, help="2: run every job on the first model a second time with the same "
                                               "seed (in OUT/repeat); reports flag results that differ (nondeterminism)")
     p.add_argument("--executor", choices=["local", "dask"])

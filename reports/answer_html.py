@@ -26,6 +26,7 @@ from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS
 from .first_screen import (DECIDED, SCREEN_COLUMNS, SCREEN_KEY, VERDICT_LABEL, WEAK_PICK_FRACTION, ScreenRow, norm_bests,
                            ordered, screen_rows, weak_legend)
 from .formats import MARGIN, Col, f_count, f_opt, f_p, f_ratio
+from .formats import f_ci
 from .html_parts import Plots, esc, figure, table
 from .plots import members_svg, scatter_svg
 from .tables import ReportData
@@ -44,7 +45,7 @@ UNTRUSTED_SHOWN = 4
 
 
 def _ci(ci: tuple[float, float]) -> str:
-    return f"{ci[0]:.2f}–{ci[1]:.2f}" if all(math.isfinite(x) for x in ci) else ""
+    return f_ci(*ci)  # at ξ's own precision (formats.f_ci)
 
 
 def _name(key: tuple[str, str]) -> str:

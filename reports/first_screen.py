@@ -25,6 +25,7 @@ from attackaudit.fidelity.flag_kinds import defect_rows
 from attackaudit.fidelity.recommend import WEAK_FRACTION
 from .answer import Answer
 from .formats import f_opt
+from .formats import f_ci
 from .tables import ReportData
 
 #: how a verdict reads in the answer table
@@ -126,8 +127,8 @@ class ScreenRow:
     @property
     def ci_text(self) -> str:
         """The bootstrap 95% interval of its ξ, "(lo–hi)", or "" where there is none."""
-        lo, hi = self.ci
-        return f"({lo:.2f}–{hi:.2f})" if math.isfinite(lo) and math.isfinite(hi) else ""
+        interval = f_ci(*self.ci)  # at ξ's own precision: "0.999 (0.998–1.000)", never "0.999 (1.00–1.00)"
+        return f"({interval})" if interval else ""
 
     @property
     def xi_text(self) -> str:

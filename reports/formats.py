@@ -28,6 +28,18 @@ def f_opt(v: object) -> str:
     return "—" if f is None else "n/a" if math.isnan(f) else f"{f:.3f}"
 
 
+def f_ci(lo: object, hi: object) -> str:
+    """A 95% interval of ξ at ``f_opt``'s precision, "0.998–1.000" ("" where it has no bounds): a ξ
+    of 0.999 beside an interval rounded to "1.00–1.00" read as a value outside its own interval."""
+    a, b = as_float(lo), as_float(hi)
+    return f"{a:.3f}–{b:.3f}" if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) else ""
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 model", "2 models": ``n`` and ``noun``, plural unless ``n`` is 1."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def f_dist(v: object) -> str:
     f = as_float(v)
     if f is None or math.isnan(f):

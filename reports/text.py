@@ -14,6 +14,7 @@ from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from he
 from .formats import MARGIN, Col, as_float, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
 from attackaudit.fidelity.flag_kinds import WEAKNESS, WEAKNESS_FLAGS, defect_rows, severity
 from .tables import FLAG_MEANINGS, ReportData
+from .formats import counted
 
 #: the weakness flags as the explanations name them (fidelity/flag_kinds.py)
 _WEAK_NAMES = ", ".join(sorted(WEAKNESS_FLAGS))
@@ -399,13 +400,14 @@ def ran_line(data: ReportData) -> str:
     """What ran, in one line: runs, implementations, models, images, norms, budget, mode, failures."""
     s = data.summary
     counts = sorted(set(s["samples_per_model"].values()))
-    images = f"{counts[0]} images" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} images"
+    images = counted(counts[0], "image") if len(counts) == 1 else f"{counts[0]}–{counts[-1]} images"
     twins = f" (+{len(s['twins'])} twins)" if s["twins"] else ""
     budget = "/".join(str(b) for b in s["budgets"]) or "?"
-    return (f"{', '.join(s['run_names']) or 'results'}: {s['n_implementations']} implementations × "
-            f"{len(s['models'])} models{twins} ({', '.join(s['models'])}) × {', '.join(s['norms'])}, {images} per "
-            f"model, budget {budget} queries per image, {'targeted' if s['targeted'] else 'untargeted'}; "
-            f"{s['n_jobs']} jobs, {s['n_failed_jobs']} failed; {s['n_flagged']} implementations flagged.")
+    return (f"{', '.join(s['run_names']) or 'results'}: {counted(s['n_implementations'], 'implementation')} × "
+            f"{counted(len(s['models']), 'model')}{twins} ({', '.join(s['models'])}) × {', '.join(s['norms'])}, "
+            f"{images} per model, budget {budget} queries per image, {'targeted' if s['targeted'] else 'untargeted'}; "
+            f"{counted(s['n_jobs'], 'job')}, {s['n_failed_jobs']} failed; "
+            f"{counted(s['n_flagged'], 'implementation')} flagged.")
 
 
 def flag_rows(flags: pd.DataFrame) -> pd.DataFrame:

@@ -111,6 +111,9 @@ def test_the_documented_compare_signature_is_compare_s():
         for name, value in documented.items():
             assert name in params, f"{doc} documents compare({name}=...), which compare does not take"
             assert ast.literal_eval(value) == params[name].default, f"{doc}: {name}={value}"
+        # and every argument compare takes is there (progress and retry were not: issue 51, item 11)
+        named = set(re.findall(r"(\w+)(?=[,=]|$)", signature))
+        assert set(params) <= named, f"{doc} omits {sorted(set(params) - named)}"
 
 
 def test_the_documented_budget_is_run_config_s():

@@ -205,7 +205,10 @@ def test_members_of_a_trust_set():
                           {"implementation": "b/pgd", "optimality": 0.8, "optimality_ci": [float("nan"), 0.9]},
                           {"implementation": "c/pgd", "optimality": 0.7},
                           {"optimality_ci": None}]}
-    assert _members(both) == "a/pgd (0.93, 0.90–0.95); b/pgd (0.80); c/pgd (0.70); ? (nan)"
+    assert _members(both) == "a/pgd (0.930, 0.900–0.951); b/pgd (0.800); c/pgd (0.700); ? (n/a)"
+    # ξ and its interval at one precision: never "0.999 (1.00–1.00)" (issue 51, item 11)
+    assert _members({"trust_set": [{"implementation": "x", "optimality": 0.999, "optimality_ci": [0.998, 1.0]}]}) \
+        == "x (0.999, 0.998–1.000)"
     assert _members({"trust_set": [], "note": "n", "summary": "s"}) == "n"
     assert _members({"trust_set": None, "note": "", "summary": "s"}) == "s"
     assert _members({"note": None}) == "none"
