@@ -45,10 +45,11 @@ BOUNDARY_COLUMNS = ("best_dropped", "returned_adversarial", "returned_distance")
 
 
 def boundary_text(row: dict) -> str:
-    """Why a failed row whose library returned an adversarial output is a failure: its only
-    adversarial point sat on the decision boundary, adversarial in its batch but not alone at the
-    end-of-job re-check, which dropped it (a tie is never a success: harness/measure/success.py).
-    "" for any other row."""
+    """Why a row is a failure although its attack found an adversarial: the end-of-job re-check
+    (harness/measure/best_keeper.py) found its kept best not adversarial on its own, a point on the
+    decision boundary (a tie is never a success: harness/measure/success.py), and dropped it; with
+    the library's returned point where that was judged adversarial in its batch. "" for any row
+    whose best stood or that dropped nothing."""
     try:
         dropped = float(row.get("best_dropped") or 0)
         best = float(row.get("distance", row.get("best_distance", math.nan)))
@@ -59,9 +60,9 @@ def boundary_text(row: dict) -> str:
     ret, adv = row.get("returned_distance"), row.get("returned_adversarial")
     ret = float(ret) if isinstance(ret, (int, float, np.floating)) else math.nan
     returned = adv in (True, 1) and math.isfinite(ret)
-    where = f"; the library returned a point at {ret:.4g} that was adversarial in its batch" if returned else ""
-    return (f": its only adversarial point sat on the decision boundary{where}, not adversarial alone at the "
-            f"end-of-job re-check, which dropped it ({dropped:.0f} dropped); a tie is never a success")
+    where = f"; the library's returned point, at {ret:.4g}, was judged adversarial in its batch" if returned else ""
+    return (f": the end-of-job re-check dropped its kept best ({dropped:.0f} dropped), not adversarial on its own "
+            f"(a point on the decision boundary: a tie is never a success), and nothing else it found was{where}")
 
 
 def anchor(*parts: object) -> str:
@@ -291,7 +292,7 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
         if math.isfinite(ref) and ref > 0 and d > ref * (1 + 1e-9):
             ratio = d / ref
             why.append(f"{ratio:.2f}× d*" if math.isfinite(ratio) else "failed, others broke it"
-                       + (" (its only adversarial was a boundary point, dropped at the re-check)"
+                       + (" (its kept best was a boundary point, dropped at the re-check)"
                           if boundary_text(r) else ""))
             score += min(ratio - 1.0, 1.0) if math.isfinite(ratio) else 1.5
         out.append((", ".join(why), score))

@@ -6,7 +6,14 @@ separated from its model; every twin check (``~perm``, ``~shift``, ``~split``) i
 this noise. ``seed_twin_table`` gives, per seed twin and implementation, what
 ``fidelity.twins.seed_twin_check`` measures (images that differ, the largest relative
 difference), the image-by-image answer of the seed twin against its model (the alignment test:
-"different" would mean the attack is separated from itself) and any flag the seed twin got.
+"different" would mean the attack is separated from itself), any flag the seed twin got, whether
+its rows record that its call moved a global random state (``rng_used``) and whether its spec
+declares it randomised (``declared``: the manifest's ``specs``; None for runs made before it).
+
+A plugin gets a seed twin whether or not it declares ``randomised``, and so do built-ins that move a
+random state without using it: ``seed_twin_sentence`` counts as randomised only those whose seed
+twin differs, calls the others deterministic, and names each one that differs without declaring
+it (undeclared randomness).
 """
 from __future__ import annotations
 
@@ -20,10 +27,22 @@ from attackaudit.fidelity.twins import seed_twin_check
 
 SEED = "~seed"
 COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ", "largest_relative_difference",
-           "answer", "flags"]
+           "answer", "flags", "rng_used", "declared"]
 
 
-def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | None:
+def declared_randomised(manifests: list[dict]) -> dict[str, bool]:
+    """implementation -> whether its spec declares it randomised, from the runs' manifests (a run
+    made before the manifest recorded it says nothing)."""
+    out: dict[str, bool] = {}
+    for m in manifests:
+        for spec in (m.get("specs") or {}).values():
+            if isinstance(spec, dict) and "randomised" in spec and spec.get("implementation"):
+                out[str(spec["implementation"])] = out.get(str(spec["implementation"]), False) or bool(spec["randomised"])
+    return out
+
+
+def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str, bool] | None = None
+                    ) -> pd.DataFrame | None:
     """One row per (model with a seed twin, norm, implementation): ``COLUMNS``. ``answer`` is
     ``equivalence.compare`` of seed twin against model (both endpoints), Holm over the rows;
     ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
@@ -55,20 +74,36 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame | 
         else:
             on_model.setdefault((model, f.norm, f.implementation, f.library_version), set()).add(str(f.flag))
     keys = [(r.model, r.norm, r.implementation, r.library_version) for r in check.itertuples(index=False)]
+    rng = t.assign(rng_used=t["rng_used"].eq(True) if "rng_used" in t.columns else False)  # NaN: not recorded
+    moved = rng.assign(model=rng["model"].astype(str).str.removesuffix(SEED)) \
+        .groupby(["model", "norm", "implementation", "library_version"])["rng_used"].any().to_dict()
+    declared = declared or {}
     return check.assign(
         answer=[answer(d, e, ALPHA) for d, e in zip(p_diff, p_eq)],
-        flags=[", ".join(f for f in on_twin.get(k, []) if f not in on_model.get(k, set())) for k in keys])[COLUMNS]
+        flags=[", ".join(f for f in on_twin.get(k, []) if f not in on_model.get(k, set())) for k in keys],
+        rng_used=[bool(moved.get(k, False)) for k in keys],
+        declared=[declared.get(k[2]) for k in keys])[COLUMNS]
 
 
 def seed_twin_sentence(frame: pd.DataFrame) -> str:
-    """One sentence on the seed twins: none flagged or separated from itself, or which were."""
+    """On the seed twins: how many implementations ran again, which of them are randomised (their
+    seed twin differs) and which deterministic, each one randomised without declaring it, and
+    whether any was flagged or separated from itself."""
     if frame.empty:
         return "The run has seed twins, but no implementation ran on both a model and its seed twin."
     bad = frame[(frame["answer"] == "different") | frame["flags"].astype(bool)]
     models = ", ".join(sorted(set(frame["model"] + SEED)))
-    head = (f"{len(frame)} randomised implementations ran again with another seed on {models}: differing images "
-            f"per implementation {int(frame['n_differ'].min())}–{int(frame['n_differ'].max())} of "
-            f"{int(frame['n'].max())}, largest relative difference {frame['largest_relative_difference'].max():.1%}. ")
+    random, same = frame[frame["n_differ"] > 0], frame[frame["n_differ"] == 0]
+    head = f"{len(frame)} implementations ran again with another seed on {models}: "
+    if len(random):
+        head += (f"{len(random)} randomised (its seed twin differs: differing images {int(random['n_differ'].min())}–"
+                 f"{int(random['n_differ'].max())} of {int(random['n'].max())}, largest relative difference "
+                 f"{random['largest_relative_difference'].max():.1%})")
+    if len(same):
+        head += ("; " if len(random) else "") + (
+            f"{len(same)} deterministic (the same result on every image with another seed: a plugin gets a seed twin "
+            "whether or not it declares randomness, and so does a built-in that moves a random state it does not use)")
+    head += ". " + undeclared_sentence(frame)
     if bad.empty:
         return head + ("No seed twin was flagged or separated from itself (none is different from its model beyond "
                        "the margin): this is the noise floor every twin check is judged against.")
@@ -78,3 +113,18 @@ def seed_twin_sentence(frame: pd.DataFrame) -> str:
                       for r in bad.itertuples(index=False))
     return head + (f"{len(bad)} seed twins were flagged or separated from their own model, which a sound randomised "
                    f"attack never is: {names}. Twin checks of these implementations rest on a noisy floor.")
+
+
+def undeclared_sentence(frame: pd.DataFrame) -> str:
+    """Each implementation whose seed twin differs but whose spec does not declare it randomised
+    (``declared`` False; unknown for older runs), with what was measured; "" for none."""
+    hidden = frame[(frame["n_differ"] > 0) & (frame["declared"] == False)]  # noqa: E712 (None: not recorded)
+    if hidden.empty:
+        return ""
+    names = "; ".join(f"{r.implementation} {r.norm} differs from its seed twin on {int(r.n_differ)} of {int(r.n)} "
+                      f"images, by up to {r.largest_relative_difference:.0%}"
+                      + (" (its call moved a global random state: rng_used)" if r.rng_used else "")
+                      for r in hidden.itertuples(index=False))
+    return (f"Undeclared randomness: {names}; its spec does not declare randomised=True, yet its results depend "
+            "on the seed: its results here are one draw, and another --seed gives others. A plugin should declare "
+            "it (AttackSpec(..., randomised=True)). ")

@@ -19,7 +19,7 @@ from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
 from attackaudit.results.store import dataset_images
-from .seed_twins import seed_twin_table
+from .seed_twins import declared_randomised, seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
 FAILED_STATUSES = ("crash", "timeout", "invalid")
@@ -354,7 +354,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
     rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests))
-    flags_df = with_severity(flags_df)  # every view reads "flagged" / "weaker" off this column
+    flags_df, seeds = with_severity(flags_df), seed_twin_table(table, flags_df, declared_randomised(manifests))
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)
     marks = fidelity.flagged(flags_df)
@@ -394,7 +394,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     keys = sorted(set(zip(board["implementation"], board["library_version"])) if len(board) else set())
     return ReportData(runs, table, manifests, summary, board, side, pairs, flags_df, rec, local, crashes,
                       _implementations(table), curves, families, gaps, exact, true_opt, notes,
-                      {k: i for i, k in enumerate(keys)}, all_pairs, seed_twin_table(table, flags_df))
+                      {k: i for i, k in enumerate(keys)}, all_pairs, seeds)
 
 
 def _gap_dict(p: Pair) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from here by harness/audit and tests)
-from .formats import MARGIN, Col, as_float, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
+from .formats import MARGIN, Col, as_float, f_bool, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
 from attackaudit.fidelity.flag_kinds import WEAKNESS, WEAKNESS_FLAGS, defect_rows, severity
 from .tables import FLAG_MEANINGS, ReportData
 from .formats import counted
@@ -90,6 +90,9 @@ SEED_COLS = [
     Col("vs its own model", "answer", tip="the image-by-image test of the seed twin against its model: never "
                                           "'different' for a sound attack"),
     Col("flags on the seed twin", "flags"),
+    Col("moved a random state", "rng_used", f_bool, tip="its call moved a global random state (rng_used), on either seed"),
+    Col("declared randomised", "declared", f_bool, tip="its spec declares randomised=True (or a measured built-in); "
+                                                       "blank: the run did not record it"),
 ]
 EXPLAIN_SEED = ("The seed twin (MODEL~seed) runs the randomised attacks again with another seed: the attack's own noise. "
                 "The perm, shift and split twins are judged against it, so a seed twin must never be flagged or "

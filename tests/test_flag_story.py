@@ -23,15 +23,13 @@ import pandas as pd
 import pytest
 
 from attackaudit.fidelity.flag_kinds import FLAG_KINDS, WEAKNESS_FLAGS, family_counts, severity, standing
-from test_report_first_screen import _md_cells, html_answer_rows, write_first_screen_run
+from test_report_first_screen import _md_cells, html_answer_rows, reported_run
 from test_reports import make_table, store_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("flag-story")
-    write_first_screen_run(run)
-    return run
+    return reported_run(tmp_path_factory, "flag-story")
 
 
 @pytest.fixture(scope="module")

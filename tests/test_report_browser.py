@@ -26,7 +26,7 @@ from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
 from attackaudit.results.store import write_job, write_manifest
 from demo_shaped_run import write_demo_shaped_run
-from test_report_first_screen import flag_counts, write_first_screen_run
+from test_report_first_screen import flag_counts, reported_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT = ROOT / "test-artifacts" / "report.png"
@@ -176,17 +176,13 @@ def test_answer_on_the_first_screen_and_every_evidence_link_resolves(page: Path,
 @pytest.fixture(scope="module")
 def screen_run(tmp_path_factory) -> Path:
     """test_report_first_screen's run (every case of the first screen), reported."""
-    run = tmp_path_factory.mktemp("browser-first-screen")
-    write_first_screen_run(run)
-    return run
+    return reported_run(tmp_path_factory, "browser-first-screen")
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> Path:
     """A run shaped like the demo (the catalogue's 46 families and norms, its long names), reported."""
-    run = tmp_path_factory.mktemp("browser-demo-shaped")
-    write_demo_shaped_run(run)
-    return run
+    return reported_run(tmp_path_factory, "browser-demo-shaped", write_demo_shaped_run)
 
 
 # Measures the answer as laid out: every cell, badge and line of text of the answer tables must lie

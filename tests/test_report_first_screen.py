@@ -57,6 +57,13 @@ def write_first_screen_run(run: Path) -> dict[str, Path]:
     return write_report([run])
 
 
+def reported_run(tmp_path_factory, name: str, write=write_first_screen_run) -> Path:
+    """A fresh directory ``name`` holding the run ``write`` stores and reports."""
+    run = tmp_path_factory.mktemp(name)
+    write(run)
+    return run
+
+
 class _AnswerRows(HTMLParser):
     """The rows of report.html's answer tables: per row its cells' text (``class`` -> text) and
     the ``title`` of the pick's link, the family's cells taken from the first row of its tbody."""
