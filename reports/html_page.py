@@ -84,7 +84,7 @@ table.answer th,table.answer td{padding:1px 4px;max-width:none;white-space:nowra
 table.answer td.pick,table.answer td.nb,table.answer th.fam,table.answer thead th{white-space:normal;overflow-wrap:anywhere}
 table.answer tbody{border-top:1px solid var(--line)}
 table.answer tbody tr{background:none}table.answer tbody:nth-of-type(even){background:#fafbfc}
-table.answer col.fam{width:13.5em}table.answer col.ver{width:8em}table.answer col.xi{width:9em}table.answer col.nb{width:13em}table.answer col.fl{width:3em}
+table.answer col.fam{width:13.5em}table.answer col.ver{width:8em}table.answer col.xi{width:10.6em}table.answer col.nb{width:13em}table.answer col.fl{width:3em}
 table.answer a{color:inherit;text-decoration:none}table.answer a:hover{text-decoration:underline}
 table.answer .fam a.badge{margin-left:2px}
 .v{display:inline-block;padding:0 6px;border-radius:8px;font-size:.92em;font-weight:600;white-space:nowrap}
