@@ -10,18 +10,19 @@ image neither implementation broke carries no evidence on either endpoint and is
 Per image the values are averaged over the models both implementations ran on: one image on
 several models is one block, so adding a copy of every model changes nothing.
 
-``compare`` of the (3, n) per-image values ``[fail_a, fail_b, r]``:
+``compare`` of the per-image values gives **one headline** on the robustness curve
+(``headline.py``: the share of images each implementation is worse on beyond δ, failures
+included; better / worse / equivalent / mixed / inconclusive) and, beneath it, the two endpoints
+that explain it:
 
 - **failure endpoint**: Δ = difference of failure rates, margin ``FAILURE_MARGIN`` (5 points): the
   exact McNemar p, the score test beyond the margin and the score TOST inside it;
 - **distance endpoint**: θ = the Hodges–Lehmann location (pseudo-median) of ``r`` on the images both
   broke, margin δ = ln 1.05: the minimum-effect signed-rank test beyond ±δ and the TOST inside,
-  on the *same* images;
-- *different*: either endpoint beyond its margin (Bonferroni over the two: ``p_different`` is
-  twice the smaller; an endpoint whose ancillary counts cannot reach α at all, e.g. the failure
-  endpoint without a discordant image, is not counted: Tarone's modification, so the other is
-  tested at the full level); *equivalent*: both inside (intersection–union: ``p_equivalent`` is the
-  larger); *inconclusive* otherwise, with ``images_to_decide`` (``sample_size``).
+  on the *same* images.
+
+``p_different`` and ``p_equivalent`` are the headline's; ``answer`` reads them after the caller's
+multiplicity adjustment; *inconclusive* comes with ``images_to_decide`` (``sample_size``).
 
 The signed-rank p-values are exact (the conditional null distribution over the 2ⁿ sign flips with
 mid-ranks, by dynamic programming) up to ``EXACT_MAX_N`` non-zero values, and the normal
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from . import paired_binary
+from . import headline, paired_binary
 from .curves import as_distances
 from .paired_binary import FAILURE_MARGIN
 from .stats import ALPHA, adjust_sorted, tie_correction
@@ -50,11 +51,14 @@ WALSH_EXACT_MAX = 500_500
 #: exact signed-rank distribution up to this many non-zero values (dynamic programming, cheap)
 EXACT_MAX_N = 40
 ANSWERS = ("different", "equivalent", "inconclusive")
+#: rows of the per-image pair values (``pair_values``)
+ROWS = 8
 COMPARE_FIELDS = ["n_images", "n_both", "n_neither", "fail_a", "fail_b", "broke_only_a", "broke_only_b",
                   "p_mcnemar", "p_failure_different", "p_failure_equivalent", "wins_a", "wins_b", "ties",
                   "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
-                  "p_distance_different", "p_distance_equivalent", "p_different", "p_equivalent", "direction",
-                  "mixed"]
+                  "p_distance_different", "p_distance_equivalent", "lead_a", "lead_b", "crossing", "integer",
+                  "n_informative", "worse_a", "worse_b", "share_estimate", "p_share_different",
+                  "p_share_equivalent", "headline", "lean", "p_different", "p_equivalent", "direction", "mixed"]
 
 
 def log_ratios(a: np.ndarray, b: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
@@ -169,37 +173,69 @@ def nan_as_failure(d: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(d), np.inf, d)
 
 
-def pair_values(a: np.ndarray, b: np.ndarray, live: np.ndarray | None = None, rtol: float = 1e-9) -> np.ndarray:
-    """(3, n) per-image values ``[fail_a, fail_b, r]`` of two distance arrays of shape (n,) or
-    (M, n) (models × images, NaN counts as a failure): the share of the models each failed on and
-    the mean log ratio ``r`` over the models where both broke the image (NaN where none did).
-    ``live`` (same shape; default all): the (model, image) cases that needed an attack and that
-    both ran; an image without one has NaN in every row."""
+def pair_values(a: np.ndarray, b: np.ndarray, live: np.ndarray | None = None, rtol: float = 1e-9,
+                share_delta: float = headline.SHARE_DELTA) -> np.ndarray:
+    """(``ROWS``, n) per-image values of two distance arrays of shape (n,) or (M, n) (models ×
+    images, NaN counts as a failure): ``fail_a``/``fail_b``, the share of the models each failed on;
+    ``r``, the mean log ratio over the models where both broke the image (NaN where none did);
+    ``worse_a``/``worse_b``, the share of the models on which each is worse than the other beyond
+    ``share_delta`` (``headline.worse_beyond``: a failure where the other broke it counts; integer distances on
+    their own scale); ``dist_a``/``dist_b``, the image's mean distance over the models (inf when it
+    failed on one), for the robustness curves; ``integer``, 1 in every column when the distances are
+    whole numbers (L0), judged on their own scale. ``live`` (same shape; default all): the (model,
+    image) cases that needed an attack and that both ran; an image without one has NaN in every row."""
     a, b = (np.atleast_2d(nan_as_failure(v)) for v in (a, b))
     live = np.ones(a.shape, dtype=bool) if live is None else np.atleast_2d(np.asarray(live, dtype=bool))
     broke_a, broke_b = np.isfinite(a), np.isfinite(b)
     both = live & broke_a & broke_b
     r = np.clip(log_ratios(np.where(both, a, 1.0), np.where(both, b, 1.0), rtol), -LOG_RATIO_CAP, LOG_RATIO_CAP)
+    integer = headline.integer_scale(a[live], b[live])
     seen, seen_both = live.sum(axis=0), both.sum(axis=0)
-    out = np.full((3, a.shape[1]), np.nan)
+    out = np.full((ROWS, a.shape[1]), np.nan)
+
+    def share(mask: np.ndarray) -> np.ndarray:
+        return np.where(seen > 0, (live & mask).sum(axis=0) / np.maximum(seen, 1), np.nan)
+
     with np.errstate(invalid="ignore", divide="ignore"):
-        out[0] = np.where(seen > 0, (live & ~broke_a).sum(axis=0) / seen, np.nan)
-        out[1] = np.where(seen > 0, (live & ~broke_b).sum(axis=0) / seen, np.nan)
+        out[0], out[1] = share(~broke_a), share(~broke_b)
         out[2] = np.where(seen_both > 0, np.where(both, r, 0.0).sum(axis=0) / np.maximum(seen_both, 1), np.nan)
+        out[3] = share(headline.worse_beyond(a, b, share_delta, integer))
+        out[4] = share(headline.worse_beyond(b, a, share_delta, integer))
+        for row, d in ((5, a), (6, b)):
+            out[row] = np.where(seen > 0, np.where(live, d, 0.0).sum(axis=0) / np.maximum(seen, 1), np.nan)
+        out[7] = np.where(seen > 0, float(integer), np.nan)
     return out
 
 
 def observed(values: np.ndarray) -> np.ndarray:
-    """The columns of (3, n) pair values that carry a comparison (the image needed an attack on
-    some model both ran)."""
-    v = np.asarray(values, dtype=float).reshape(3, -1)
+    """The columns of pair values (``observed_rows``) that carry a comparison (the image needed an
+    attack on some model both ran)."""
+    v = observed_rows(values)
     return v[:, np.isfinite(v[0]) & np.isfinite(v[1])]
 
 
-def swapped(values: np.ndarray) -> np.ndarray:
-    """The same (3, n) pair values seen from the other implementation (b against a)."""
+def observed_rows(values: np.ndarray) -> np.ndarray:
+    """Pair values as (``ROWS``, n), every column kept. Three-row values ``[fail_a, fail_b, r]``
+    (one model) get their share rows from the failures and ``r`` against
+    ``headline.SHARE_DELTA``, and no curve rows."""
     v = np.asarray(values, dtype=float)
-    return np.stack([v[1], v[0], -v[2]])
+    v = v.reshape(v.shape[0] if v.ndim == 2 else ROWS, -1)
+    if v.shape[0] == 3:
+        fa, fb, r = v
+        rr = np.nan_to_num(r)
+        both = np.isfinite(r) * (1 - np.maximum(fa, fb))
+        v = np.vstack([v, (rr > headline.SHARE_DELTA) * both + np.clip(fa - fb, 0, None),
+                       (rr < -headline.SHARE_DELTA) * both + np.clip(fb - fa, 0, None),
+                       np.full((2, v.shape[1]), np.nan), np.zeros((1, v.shape[1]))])
+    return v
+
+
+def swapped(values: np.ndarray) -> np.ndarray:
+    """The same pair values seen from the other implementation (b against a)."""
+    v = np.asarray(values, dtype=float)
+    if v.shape[0] == 3:
+        return np.stack([v[1], v[0], -v[2]])
+    return np.stack([v[1], v[0], -v[2], v[4], v[3], v[6], v[5], v[7]])
 
 
 def _distance_tests(r: np.ndarray, delta: float) -> tuple[float, float, float]:
@@ -228,57 +264,52 @@ def reachable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, mar
     return paired_binary.min_beyond_p(fail_a, fail_b, margin) < alpha, min_dist < alpha
 
 
-def _either_different(fa: np.ndarray, fb: np.ndarray, r: np.ndarray, p_fd: float, p_dd: float,
-                      margin: float) -> float:
-    """p of "either endpoint differs beyond its margin": Bonferroni over the testable endpoints."""
-    ps = [p for p, ok in zip((p_fd, p_dd), reachable_endpoints(fa, fb, int(r.size), margin)) if ok]
-    return float(min(1.0, len(ps) * min(ps))) if ps else 1.0
+def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN,
+            share_margin: float = headline.SHARE_MARGIN) -> dict[str, float]:
+    """The comparison of two implementations from per-image pair values (``pair_values``; columns
+    without a comparison are ignored): ``COMPARE_FIELDS``.
 
+    **Headline** (``headline.decide``, on the robustness curve): ``headline`` ("better", "worse",
+    "equivalent", "mixed", "inconclusive", from ``a``'s side at the unadjusted 5% level),
+    ``p_different`` / ``p_equivalent`` (what callers adjust and hand to ``answer``), ``direction``
+    (−1: ``a`` better, +1: worse), ``mixed`` (the curves cross materially, at ``crossing``, the
+    distance where the lead changes sides; ``lead_a``/``lead_b`` the largest share of images by
+    which each curve leads) and ``lean`` (the endpoint that leans against the share's direction
+    unresolved, which blocks a direction). **Share endpoint**, over the ``n_informative`` images
+    either broke: ``worse_a``/``worse_b`` (shares worse beyond δ), ``share_estimate``,
+    ``p_share_different``, ``p_share_equivalent``.
 
-def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN) -> dict[str, float]:
-    """The comparison of two implementations from (3, n) per-image values ``[fail_a, fail_b, r]``
-    (``pair_values``; columns without a comparison are ignored): ``COMPARE_FIELDS``.
-
-    Failure endpoint: ``fail_a``/``fail_b`` (failure rates over the images), ``broke_only_a`` /
-    ``broke_only_b`` (discordant images), ``p_mcnemar``, ``p_failure_different`` (beyond
-    ``margin``), ``p_failure_equivalent`` (TOST). Distance endpoint, on the ``n_both`` images both
-    broke: ``estimate`` (θ̂, the pseudo-median log ratio), ``wins_a``/``wins_b``/``ties``,
-    ``share_beyond`` (images with |r| > δ), ``iqr_low``/``iqr_high`` (quartiles of r),
-    ``effect_size`` (rank-biserial in favour of ``a``), ``p_value`` (signed-rank test of θ = 0),
-    ``p_distance_different``, ``p_distance_equivalent``. ``n_neither``: images neither broke (no
-    evidence). Combined: ``p_different`` (Bonferroni over the endpoints that could show a
-    difference at all: ``reachable_endpoints``), ``p_equivalent``
-    (intersection–union), ``direction`` (−1: ``a`` better, +1: ``b``, 0: no difference estimated;
-    from the endpoint with the smaller difference p, failures first on a tie) and ``mixed``
-    (each endpoint beyond its margin at level 5%, in opposite directions)."""
+    Beneath it, the failure endpoint: ``fail_a``/``fail_b`` (failure rates over the images),
+    ``broke_only_a`` / ``broke_only_b`` (discordant images), ``p_mcnemar``, ``p_failure_different``
+    (beyond ``margin``), ``p_failure_equivalent`` (TOST); and the distance endpoint, on the
+    ``n_both`` images both broke: ``estimate`` (θ̂, the pseudo-median log ratio),
+    ``wins_a``/``wins_b``/``ties``, ``share_beyond`` (images with |r| > δ), ``iqr_low``/``iqr_high``
+    (quartiles of r), ``effect_size`` (rank-biserial in favour of ``a``), ``p_value`` (signed-rank
+    test of θ = 0), ``p_distance_different``, ``p_distance_equivalent``. ``n_neither``: images
+    neither broke (no evidence)."""
     v = observed(values)
-    fa, fb, r_all = v
+    fa, fb, r_all, wa, wb, da, db, integer = v
     r = r_all[np.isfinite(r_all)]
-    n_neither = int(((fa == 1) & (fb == 1)).sum())
+    informative = ~((fa == 1) & (fb == 1))
     est, p_dd, p_de = _distance_tests(r, delta)
     p_fd, p_fe = paired_binary.beyond_p(fa, fb, margin), paired_binary.within_p(fa, fb, margin)
     ranks, w_plus, _ = _signed_rank(r)
     total = float(ranks.sum())
-    fail_diff = paired_binary.estimate(fa, fb)
-    dir_fail = int(np.sign(fail_diff)) if p_fd < 1.0 else 0
-    dir_dist = int(np.sign(est)) if p_dd < 1.0 else 0
-    direction = dir_fail if (dir_fail and p_fd <= p_dd) or not dir_dist else dir_dist
-    if not direction:  # nothing beyond a margin: the sign of the larger relative effect, for wording
-        direction = int(np.sign(fail_diff / margin if abs(fail_diff / margin) >= abs(est / delta) else est))
     q1, q3 = (np.percentile(r, [25, 75]) if r.size else (0.0, 0.0))
-    return {"n_images": int(fa.size), "n_both": int(r.size), "n_neither": n_neither,
-            "fail_a": float(fa.mean()) if fa.size else 0.0, "fail_b": float(fb.mean()) if fb.size else 0.0,
-            "broke_only_a": int((fa < fb).sum()), "broke_only_b": int((fb < fa).sum()),
-            "p_mcnemar": paired_binary.mcnemar_p(fa, fb), "p_failure_different": p_fd,
-            "p_failure_equivalent": p_fe, "wins_a": int((r < 0).sum()), "wins_b": int((r > 0).sum()),
-            "ties": int((r == 0).sum()), "estimate": est,
-            "share_beyond": float((np.abs(r) > delta).mean()) if r.size else 0.0,
-            "iqr_low": float(q1), "iqr_high": float(q3),
-            "effect_size": float((total - 2 * w_plus) / total) if total > 0 else 0.0,
-            "p_value": signed_rank_p(r, "two-sided"), "p_distance_different": p_dd, "p_distance_equivalent": p_de,
-            "p_different": _either_different(fa, fb, r, p_fd, p_dd, margin), "p_equivalent": float(max(p_fe, p_de)),
-            "direction": direction, "mixed": bool(dir_fail and dir_dist and dir_fail != dir_dist
-                                                   and max(p_fd, p_dd) < 0.05)}
+    lead_a, lead_b, cross = headline.crossing(da[informative], db[informative], share_margin)
+    res = {"n_images": int(fa.size), "n_both": int(r.size), "n_neither": int((~informative).sum()),
+           "fail_a": float(fa.mean()) if fa.size else 0.0, "fail_b": float(fb.mean()) if fb.size else 0.0,
+           "broke_only_a": int((fa < fb).sum()), "broke_only_b": int((fb < fa).sum()),
+           "p_mcnemar": paired_binary.mcnemar_p(fa, fb), "p_failure_different": p_fd,
+           "p_failure_equivalent": p_fe, "wins_a": int((r < 0).sum()), "wins_b": int((r > 0).sum()),
+           "ties": int((r == 0).sum()), "estimate": est,
+           "share_beyond": float((np.abs(r) > delta).mean()) if r.size else 0.0,
+           "iqr_low": float(q1), "iqr_high": float(q3),
+           "effect_size": float((total - 2 * w_plus) / total) if total > 0 else 0.0,
+           "p_value": signed_rank_p(r, "two-sided"), "p_distance_different": p_dd, "p_distance_equivalent": p_de,
+           "lead_a": lead_a, "lead_b": lead_b, "crossing": cross, "integer": bool(integer.size and integer.max() > 0),
+           **headline.share_tests(wa[informative], wb[informative], share_margin)}
+    return res | headline.decide(res, delta, margin, share_margin=share_margin)
 
 
 def answer(p_different: float, p_equivalent: float, alpha: float) -> str:

@@ -1,6 +1,7 @@
 """The words for a comparison of two implementations: what was shown, on both endpoints.
 
-One phrasing everywhere (trust sets, alignment, audits): failure rates side by side, then on the
+One phrasing everywhere (trust sets, alignment, audits): the headline on the robustness curve and
+the share of images each implementation is worse on, then failure rates side by side, then on the
 images both broke the typical per-image difference (the pseudo-median, the estimand of the tests),
 the share of images beyond ±δ and the interquartile range of the per-image ratios. "Within ±5%"
 always qualifies the pseudo-median, never every image.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .equivalence import DELTA
+from .headline import SHARE_DELTA, SHARE_MARGIN
 from .paired_binary import FAILURE_MARGIN
 
 
@@ -37,19 +39,39 @@ def distance_text(res: dict, delta: float = DELTA, a: str = "a") -> str:
             f"per-image ratios' IQR {lo:.2f}–{hi:.2f}")
 
 
+def share_text(res: dict, a: str = "a", b: str = "b") -> str:
+    """The share endpoint: "a worse beyond ±25% on 20% of the 60 images either broke, better on 2%"."""
+    if not res.get("n_informative"):
+        return "no image broken by either, so no curve to compare"
+    unit = "by a unit or more" if res.get("integer") else f"beyond ±{np.expm1(SHARE_DELTA):.0%}"
+    return (f"{a} worse {unit} (or failing) on {res['worse_a']:.0%} of the {res['n_informative']} images either "
+            f"broke, {b} on {res['worse_b']:.0%}")
+
+
+def crossing_text(res: dict) -> str:
+    """Where the robustness curves cross, when they do materially."""
+    if not np.isfinite(res.get("crossing", np.nan)):
+        return ""
+    return (f"the robustness curves cross at distance {res['crossing']:.4g} (each leads by up to "
+            f"{res['lead_a']:.0%} / {res['lead_b']:.0%} of the images on its side)")
+
+
 def shown_text(res: dict, word: str, p_adjusted: float | None = None, delta: float = DELTA,
                margin: float = FAILURE_MARGIN, a: str = "a", b: str = "b") -> str:
     """One clause saying what the test showed (``word``: "different", "equivalent",
-    "inconclusive"), with the evidence of both endpoints."""
+    "inconclusive"), the headline first (the robustness curve, through the share endpoint), then
+    the evidence of both endpoints beneath it."""
     p = "" if p_adjusted is None or not np.isfinite(p_adjusted) else (
         f", adjusted p = {p_adjusted:.2g}" if p_adjusted >= 1e-4 else ", adjusted p < 1e-4")
-    margins = f"±{margin * 100:.0f} points of failure rate and ±{np.expm1(delta):.0%} typical per-image distance"
+    margins = (f"±{SHARE_MARGIN * 100:.0f} points of images worse, ±{margin * 100:.0f} points of failure rate "
+               f"and ±{np.expm1(delta):.0%} typical per-image distance")
     if word == "equivalent":
-        head = f"equivalent within {margins}{p}"
+        head = f"equivalent on the robustness curve within {margins}{p}"
+    elif word == "different" and res.get("mixed"):
+        head = f"mixed{p}: {crossing_text(res) or 'the endpoints disagree in direction'}"
     elif word == "different":
-        which = "failure rate" if res["p_failure_different"] <= res["p_distance_different"] else "distance"
-        head = f"different beyond its margin in {which}{p}" + (" (mixed: the endpoints disagree in direction)"
-                                                               if res.get("mixed") else "")
+        head = f"{a} {'better' if res.get('direction', 0) < 0 else 'worse'} on the robustness curve{p}"
     else:
-        head = f"neither shown different nor equivalent within {margins}"
-    return f"{head}: {failure_text(res, a, b)}; {distance_text(res, delta, a)}"
+        lean = f"; the {res['lean']} leans the other way" if res.get("lean") else ""
+        head = f"neither shown different nor equivalent within {margins}{lean}"
+    return f"{head}: {share_text(res, a, b)}; {failure_text(res, a, b)}; {distance_text(res, delta, a)}"

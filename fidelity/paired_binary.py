@@ -131,3 +131,13 @@ def images_needed(fail_a: np.ndarray, fail_b: np.ndarray, alpha: float, power: f
         return float("inf")
     var = max(disc_hi, margin) - margin ** 2  # the score test's variance at the boundary
     return float(np.ceil((stats.norm.isf(alpha) + z_power) ** 2 * var / (margin - plan) ** 2))
+
+
+def score_pair(first: np.ndarray, second: np.ndarray, seen: np.ndarray,
+               margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(z the first member is better beyond ``margin``, z the second is, discordant count, n) of
+    (B, n) per-image shares on which each member is the worse (failures; worse beyond δ)."""
+    d = np.where(seen, second - first, 0.0)                  # > 0: the second member is the worse there
+    x10, x01, n = np.clip(d, 0, None).sum(1), np.clip(-d, 0, None).sum(1), seen.sum(1)
+    return (score_z(x10, x01, n, margin), -score_z(x10, x01, n, -margin),
+            x10 + x01, n)

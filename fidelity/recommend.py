@@ -5,15 +5,16 @@ The rule (fidelity/README.md, "Trust sets"):
 1. Candidates are the implementations without a defect flag (every flag but the weakness flags
    ``WEAKNESS_FLAGS``; ``below_expected_strength`` included, so an implementation of a strong
    family far from its norm's envelope is never trusted).
-2. Every two candidates are compared image by image on two endpoints (``equivalence.compare``:
-   failure rates and, on the images both broke, per-image log ratios; one image on all models one
-   block). A candidate is excluded when some other candidate
-   is *different* from it, better, with the difference test Holm-adjusted over all those pairs:
+2. Every two candidates are compared image by image on the robustness curve (``equivalence.compare``:
+   the headline of ``headline.py``, the share of images each is worse on, with the failure and
+   distance endpoints beneath; one image on all models one block). A candidate is excluded when
+   some other candidate is shown *better* than it, with the difference test Holm-adjusted over all those pairs:
    no pick is made before testing, so the comparison with the best needs no selection
    correction. The top pick is the remaining candidate with the highest global ξ against the family's own envelope (within
    ``TIE_TOLERANCE`` the cheaper one).
-3. The other members are compared with the top pick for equivalence (both endpoints inside
-   their margins, Holm over the members). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
+3. The other members are compared with the top pick for equivalence (the share, failure and
+   distance endpoints inside their margins; every member at α when all are, an intersection–union
+   test for "tied", Holm over the members otherwise). ``verdict``: "clear" (one member), "tied" (every member equivalent to the
    top pick), "inconclusive" (a member neither different nor equivalent: ``images_to_decide``
    says how many images would decide), "only implementation" (one candidate), "none" (no
    candidate).
@@ -33,8 +34,9 @@ from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from . import paired_binary
-from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, signed_rank_z,
+from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, observed_rows, signed_rank_z,
                           swapped)
+from .headline import SHARE_DELTA, SHARE_MARGIN
 from .evidence_text import relative, shown_text
 from .sample_size import decision_text, images_to_decide
 from .flags import flagged
@@ -120,32 +122,34 @@ def _excluded(p_diff: np.ndarray, better: np.ndarray, pairs: list[tuple[int, int
 
 def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list[tuple[int, int]], c: int,
                           alpha: float) -> np.ndarray:
-    """(B, c) exclusions in each bootstrap resample: per pair, both endpoints' difference tests
-    on the resampled images (normal approximations: the failure endpoint's score test, the
+    """(B, c) exclusions in each bootstrap resample: per pair, the headline's difference tests on
+    the resampled images (normal approximations: the share and failure endpoints' score tests, the
     distance endpoint's signed-rank test on the images both broke), Bonferroni over the testable
-    ones, in the direction of the smaller p."""
+    ones, in the direction of the smallest p."""
     if not pairs:
         return np.zeros((idx.shape[0], c), dtype=bool)
     p_all, better_all = [], []
     for v in values:
-        fa, fb, r = v[0][idx], v[1][idx], v[2][idx]             # (B, n), NaN: no comparison
+        v = observed_rows(v)
+        fa, fb, r, wa, wb = (v[k][idx] for k in range(5))        # (B, n), NaN: no comparison
         seen = np.isfinite(fa) & np.isfinite(fb)
-        d = np.where(seen, fb - fa, 0.0)                         # > 0: the first member broke it, the second not
-        x10, x01, n = np.clip(d, 0, None).sum(1), np.clip(-d, 0, None).sum(1), seen.sum(1)
-        z_f_first = paired_binary.score_z(x10, x01, n, FAILURE_MARGIN)
-        z_f_second = -paired_binary.score_z(x10, x01, n, -FAILURE_MARGIN)
+        z_f_first, z_f_second, k_f, n = paired_binary.score_pair(fa, fb, seen, FAILURE_MARGIN)
+        z_s_first, z_s_second, _, _ = paired_binary.score_pair(wa, wb, seen & ~((fa == 1) & (fb == 1)), SHARE_MARGIN)
         both = np.isfinite(r)
         z_d_first = signed_rank_z(np.where(both, -r - DELTA, 0.0))  # first member smaller beyond δ
         z_d_second = signed_rank_z(np.where(both, r - DELTA, 0.0))
-        z_f, z_d = np.maximum(z_f_first, z_f_second), np.maximum(z_d_first, z_d_second)
-        first = np.where(z_f >= z_d, z_f_first >= z_f_second, z_d_first >= z_d_second)
+        firsts = np.stack([z_s_first, z_f_first, z_d_first])
+        seconds = np.stack([z_s_second, z_f_second, z_d_second])
+        best = np.maximum(firsts, seconds)                        # (3, B)
+        at = np.argmax(best, axis=0)
+        first = np.take_along_axis(firsts >= seconds, at[None], 0)[0]
         sig = sps.norm.isf(0.025)
         mixed = ((z_f_first > sig) & (z_d_second > sig)) | ((z_f_second > sig) & (z_d_first > sig))
         better_all.append(first)
-        # Tarone (equivalence.reachable_endpoints): the failure endpoint counts only when its
-        # discordant images could pass the margin at all
-        factor = np.where(paired_binary.smallest_beyond_p(x10 + x01, n, FAILURE_MARGIN) < alpha, 4.0, 2.0)
-        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, factor * sps.norm.sf(np.maximum(z_f, z_d)))))
+        # Tarone (headline.decide): the failure endpoint counts only when its discordant images
+        # could pass the margin at all
+        factor = 2.0 * (2 + (paired_binary.smallest_beyond_p(k_f, n, FAILURE_MARGIN) < alpha))
+        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, factor * sps.norm.sf(best.max(axis=0)))))
     return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
 
@@ -198,9 +202,11 @@ def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: fl
     stable = (f"{top['implementation']} is the top pick in {top_share:.0%} of image resamples and stays in the set "
               f"in {top_in_set:.0%}")
     if verdict == "clear":
-        return (f"clear: {head}; every other unflagged implementation is different from it and worse "
-                f"(beyond ±{FAILURE_MARGIN * 100:.0f} points of failure rate or ±{np.expm1(DELTA):.0%} typical "
-                f"per-image distance, Holm-adjusted); {stable}")
+        return (f"clear: {head}; every other unflagged implementation is worse on the robustness curve "
+                f"(worse beyond ±{np.expm1(SHARE_DELTA):.0%} on more images than better, by over "
+                f"{SHARE_MARGIN * 100:.0f} points, or beyond ±{FAILURE_MARGIN * 100:.0f} points of failure rate or "
+                f"±{np.expm1(DELTA):.0%} typical per-image distance, with no endpoint leaning the other way; "
+                f"Holm-adjusted); {stable}")
     rel = "; ".join(_tie_text(top["implementation"], m) for m in members[1:])
     if verdict == "tied":
         return f"tied: {names}; use any of them. {rel}. {stable}"
@@ -342,7 +348,10 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     top = kept[0]  # candidates are in ξ-tier then cost order
     members = [_member(g.iloc[top], ci[top])]
     others = kept[1:]
-    p_eq = holm([tests[(min(top, c), max(top, c))][1]["p_equivalent"] for c in others]) if others else []
+    raw_eq = [tests[(min(top, c), max(top, c))][1]["p_equivalent"] for c in others]
+    # "tied" claims every member equivalent at once: an intersection-union test, each at α; only
+    # when some member is not shown equivalent are the others' answers claims of their own (Holm)
+    p_eq = raw_eq if raw_eq and max(raw_eq) < alpha else holm(raw_eq) if others else []
     for c, pe in zip(others, p_eq):
         x, _ = tests[(min(top, c), max(top, c))]
         vals = x if c < top else swapped(x)                   # the member against the top pick

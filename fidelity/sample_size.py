@@ -25,6 +25,7 @@ from scipy import stats
 
 from . import paired_binary
 from .equivalence import DELTA, FAILURE_MARGIN, hodges_lehmann, observed
+from .headline import SHARE_MARGIN
 
 #: the power every planned size targets
 POWER = 0.8
@@ -73,30 +74,43 @@ def distance_images(r: np.ndarray, share_both: float, alpha: float, delta: float
 
 def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, power: float = POWER,
                      margin: float = FAILURE_MARGIN) -> float:
-    """Images a rerun needs for ``equivalence.compare`` of (3, n) pair values to decide at level
-    ``alpha`` with probability ``power`` at a conservative truth (module docstring): at least one
-    more than it has, ``inf`` when no size would."""
+    """Images a rerun needs for the headline of ``equivalence.compare`` of pair values to decide at
+    level ``alpha`` with probability ``power`` at a conservative truth (module docstring): at least
+    one more than it has, ``inf`` when no size would. Leaning different, the smallest size of the
+    endpoints beyond their margins (each at the Bonferroni share of α); leaning equivalent, the
+    largest of the share, failure and distance endpoints' TOST sizes (each at power^(1/3))."""
     v = observed(values)
-    fa, fb, r_all = v
+    fa, fb, r_all, wa, wb = v[:5]
     n = fa.size
     if n == 0:
         return float("inf")
     r = r_all[np.isfinite(r_all)]
     share = r.size / n
-    fail_beyond = abs(paired_binary.estimate(fa, fb)) > margin
-    dist_beyond = r.size > 0 and abs(hodges_lehmann(r)) > delta
-    if fail_beyond or dist_beyond:
-        sizes = []
-        if fail_beyond:
-            sizes.append(paired_binary.images_needed(fa, fb, alpha / 2, power, margin))
-        if dist_beyond:
-            sizes.append(distance_images(r, share, alpha / 2, delta, power))
-        need = min(sizes)
-    else:  # both endpoints must be shown: each at √power, so that both are at ≈ power together
-        each = float(np.sqrt(power))
-        need = max(paired_binary.images_needed(fa, fb, alpha, each, margin),
+    inform = ~((fa == 1) & (fb == 1))
+    n_inf = max(int(inform.sum()), 1)
+    scale = n / n_inf                     # a share size counts informative images; a rerun draws all
+    est = {"share": paired_binary.estimate(wa[inform], wb[inform]), "failure": paired_binary.estimate(fa, fb),
+           "distance": hodges_lehmann(r) if r.size else 0.0}
+    beyond = {k: abs(est[k]) > m for k, m in (("share", SHARE_MARGIN), ("failure", margin), ("distance", delta))}
+    k = 3
+    if any(beyond.values()):
+        sizes = {}
+        if beyond["share"]:
+            sizes["share"] = scale * paired_binary.images_needed(wa[inform], wb[inform], alpha / k, power, SHARE_MARGIN)
+        if beyond["failure"]:
+            sizes["failure"] = paired_binary.images_needed(fa, fb, alpha / k, power, margin)
+        if beyond["distance"]:
+            sizes["distance"] = distance_images(r, share, alpha / k, delta, power)
+        # endpoints leaning opposite ways must all be resolved (a direction, or a crossing): the
+        # largest size; leaning one way, any one of them decides: the smallest
+        agree = len({int(np.sign(est[e])) for e in sizes}) == 1
+        need = min(sizes.values()) if agree else max(sizes.values())
+    else:  # every endpoint must be shown: each at power^(1/3), so that all are at ≈ power together
+        each = float(power ** (1 / 3))
+        need = max(scale * paired_binary.images_needed(wa[inform], wb[inform], alpha, each, SHARE_MARGIN),
+                   paired_binary.images_needed(fa, fb, alpha, each, margin),
                    distance_images(r, share, alpha, delta, each))
-    return float(max(need, n + 1)) if np.isfinite(need) else float("inf")
+    return float(max(np.ceil(need), n + 1)) if np.isfinite(need) else float("inf")
 
 
 def decision_text(need: float, have_images: int | None, style: str = "cli") -> str:

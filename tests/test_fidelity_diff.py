@@ -124,7 +124,7 @@ def test_a_large_significant_improvement_outweighs_a_new_inefficiency():
              flags_b=_flags({"art/APGD": ["last_not_best"]}))
     row = d.set_index("implementation").loc["art/APGD"]
     assert row.verdict == "improved" and row.score == 3 - 1
-    assert "36 better / 0 worse images (different beyond its margin in distance" in row.reason
+    assert "36 better / 0 worse images (new better on the robustness curve" in row.reason
     assert "44% closer per image (pseudo-median)" in row.reason and "new: last_not_best" in row.reason
 
 
@@ -157,7 +157,7 @@ def test_a_crash_fix_that_worsens_the_rest_says_both():
     fixed = run("1.18", scale_apgd=1.3)
     row = diff(crashed, fixed).set_index("implementation").loc["art/APGD"]
     assert row.verdict == "mixed" and row.reason.startswith("mixed: crash gone, ξ 1.00 → ")
-    assert "rows that ran in both" in row.reason and "worse images (different" in row.reason
+    assert "rows that ran in both" in row.reason and "30 worse images (new worse on the robustness curve" in row.reason
 
 
 def test_unsupported_rows_are_absent_and_could_not_run():

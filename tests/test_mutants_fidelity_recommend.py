@@ -5,12 +5,14 @@ texts a user reads (issue 40: tests that fail for one-line changes of meaning in
 import math
 
 import numpy as np
+
+from attackaudit.fidelity import paired_binary
 import pandas as pd
 import pytest
 
 import importlib
 from attackaudit.fidelity.equivalence import ImageBlocks
-from attackaudit.fidelity.evidence_text import distance_text, failure_text, relative, shown_text
+from attackaudit.fidelity.evidence_text import share_text, distance_text, failure_text, relative, shown_text
 from attackaudit.fidelity.leaderboard import LEADERBOARD_COLUMNS, leaderboard
 from attackaudit.fidelity.recommend import (MIXED_DECISION, RECOMMEND_COLUMNS, _bootstrap, _ci_text, _excluded,
                                             _pick, _resampled_exclusions, _xi, recommend, what_happened)
@@ -47,7 +49,9 @@ def _res(**kw):
     base = {"fail_a": 0.125, "fail_b": 0.0625, "n_images": 16, "broke_only_a": 1, "broke_only_b": 2,
             "n_neither": 0, "n_both": 12, "estimate": math.log(1.1), "iqr_low": math.log(0.9),
             "iqr_high": math.log(1.25), "share_beyond": 0.25, "p_failure_different": 0.2,
-            "p_distance_different": 0.3, "mixed": False}
+            "p_distance_different": 0.3, "mixed": False, "n_informative": 16, "worse_a": 0.25,
+            "worse_b": 0.125, "direction": 1, "lean": "", "crossing": float("nan"), "lead_a": 0.0, "lead_b": 0.1,
+            "integer": False}
     return base | kw
 
 
@@ -68,38 +72,48 @@ def test_distance_text_on_the_images_both_broke():
         "beyond ±20%, per-image ratios' IQR 0.90–1.25")
 
 
+def test_share_text_states_both_shares_on_the_informative_images():
+    assert share_text(_res()) == "a worse beyond ±25% (or failing) on 25% of the 16 images either broke, b on 12%"
+    assert share_text(_res(integer=True), "u", "v") == (
+        "u worse by a unit or more (or failing) on 25% of the 16 images either broke, v on 12%")
+    assert share_text(_res(n_informative=0)) == "no image broken by either, so no curve to compare"
+
+
 def test_shown_text_equivalent_with_and_without_a_p_value():
-    tail = ": " + failure_text(_res()) + "; " + distance_text(_res())
-    margins = "±5 points of failure rate and ±5% typical per-image distance"
-    assert shown_text(_res(), "equivalent") == f"equivalent within {margins}" + tail
-    assert shown_text(_res(), "equivalent", 0.0123) == f"equivalent within {margins}, adjusted p = 0.012" + tail
-    assert shown_text(_res(), "equivalent", 1e-4) == f"equivalent within {margins}, adjusted p = 0.0001" + tail
-    assert shown_text(_res(), "equivalent", 9.9e-5) == f"equivalent within {margins}, adjusted p < 1e-4" + tail
-    assert shown_text(_res(), "equivalent", float("nan")) == f"equivalent within {margins}" + tail
+    tail = ": " + share_text(_res()) + "; " + failure_text(_res()) + "; " + distance_text(_res())
+    margins = "±5 points of images worse, ±5 points of failure rate and ±5% typical per-image distance"
+    head = f"equivalent on the robustness curve within {margins}"
+    assert shown_text(_res(), "equivalent") == head + tail
+    assert shown_text(_res(), "equivalent", 0.0123) == head + ", adjusted p = 0.012" + tail
+    assert shown_text(_res(), "equivalent", 1e-4) == head + ", adjusted p = 0.0001" + tail
+    assert shown_text(_res(), "equivalent", 9.9e-5) == head + ", adjusted p < 1e-4" + tail
+    assert shown_text(_res(), "equivalent", float("nan")) == head + tail
     assert shown_text(_res(), "equivalent", margin=0.6, delta=math.log(1.2)).startswith(
-        "equivalent within ±60 points of failure rate and ±20% typical per-image distance: ")
+        "equivalent on the robustness curve within ±5 points of images worse, ±60 points of failure rate and "
+        "±20% typical per-image distance: ")
     assert "beyond ±20%" in shown_text(_res(), "equivalent", delta=math.log(1.2))
 
 
-def test_shown_text_different_names_the_endpoint_with_the_smaller_p():
-    tail = ": " + failure_text(_res(), "u", "v") + "; " + distance_text(_res(), a="u")
-    assert shown_text(_res(), "different", 0.01, a="u", b="v") == (
-        "different beyond its margin in failure rate, adjusted p = 0.01" + tail)
-    # equal p: the failure rate is named
-    assert shown_text(_res(p_distance_different=0.2), "different", a="u", b="v").startswith(
-        "different beyond its margin in failure rate:")
-    assert shown_text(_res(p_distance_different=0.1), "different", a="u", b="v") == (
-        "different beyond its margin in distance" + tail)
-    assert shown_text(_res(mixed=True), "different") .startswith(
-        "different beyond its margin in failure rate (mixed: the endpoints disagree in direction): ")
-    assert shown_text({k: v for k, v in _res().items() if k != "mixed"}, "different").startswith(
-        "different beyond its margin in failure rate: ")
+def test_shown_text_different_says_which_is_better_on_the_curve():
+    tail = ": " + share_text(_res(), "u", "v") + "; " + failure_text(_res(), "u", "v") + "; " + distance_text(
+        _res(), a="u")
+    assert shown_text(_res(), "different", 0.01, a="u", b="v") == "u worse on the robustness curve, adjusted p = 0.01" + tail
+    assert shown_text(_res(direction=-1), "different", a="u", b="v").startswith("u better on the robustness curve:")
+    assert shown_text(_res(mixed=True), "different").startswith("mixed: the endpoints disagree in direction: ")
+    crossed = _res(mixed=True, crossing=0.25, lead_a=0.2, lead_b=0.3)
+    assert shown_text(crossed, "different", 0.02).startswith(
+        "mixed, adjusted p = 0.02: the robustness curves cross at distance 0.25 (each leads by up to 20% / 30% "
+        "of the images on its side): ")
 
 
-def test_shown_text_inconclusive_says_neither():
+def test_shown_text_inconclusive_says_neither_and_names_a_lean():
     assert shown_text(_res(), "inconclusive", 0.01) == (
-        "neither shown different nor equivalent within ±5 points of failure rate and ±5% typical per-image "
-        "distance: " + failure_text(_res()) + "; " + distance_text(_res()))
+        "neither shown different nor equivalent within ±5 points of images worse, ±5 points of failure rate and "
+        "±5% typical per-image distance: " + share_text(_res()) + "; " + failure_text(_res()) + "; "
+        + distance_text(_res()))
+    assert shown_text(_res(lean="failure rate"), "inconclusive").startswith(
+        "neither shown different nor equivalent within ±5 points of images worse, ±5 points of failure rate and "
+        "±5% typical per-image distance; the failure rate leans the other way: ")
 
 
 # ------------------------------------------------------------------------------ summary
@@ -314,9 +328,10 @@ def _check_clear(r):
     assert r.weak == [f"b/y: different from and worse than another unflagged implementation (ξ {xi_b:.3f}; the top "
                       f"pick a/x has 1.000); no label evidence against it"]
     assert r.summary == ("clear: a/x (ξ 1.000, 95% CI 1.000–1.000); every other unflagged implementation is "
-                         "different from it and worse (beyond ±5 points of failure rate or ±5% typical per-image "
-                         "distance, Holm-adjusted); a/x is the top pick in 100% of image resamples and stays in "
-                         "the set in 100%")
+                         "worse on the robustness curve (worse beyond ±25% on more images than better, by over 5 "
+                         "points, or beyond ±5 points of failure rate or ±5% typical per-image distance, with no "
+                         "endpoint leaning the other way; Holm-adjusted); a/x is the top pick in 100% of image "
+                         "resamples and stays in the set in 100%")
 
 
 def _check_tied(r):
@@ -332,8 +347,9 @@ def _check_tied(r):
     assert r.top_share == 1.0 and r.top_in_set == 1.0
     p = f"{m['p_equivalent']:.2g}"
     assert r.summary == (
-        f"tied: d/y, c/x; use any of them. c/x vs d/y: equivalent within ±5 points of failure rate and ±5% typical "
-        f"per-image distance, adjusted p = {p}: failure rates 0% (c/x) vs 0% (d/y) over 64 images; broken by c/x "
+        f"tied: d/y, c/x; use any of them. c/x vs d/y: equivalent on the robustness curve within ±5 points of images "
+        f"worse, ±5 points of failure rate and ±5% typical per-image distance, adjusted p = {p}: c/x worse beyond ±25% "
+        f"(or failing) on 0% of the 64 images either broke, d/y on 0%; failure rates 0% (c/x) vs 0% (d/y) over 64 images; broken by c/x "
         f"only: 0, by d/y only: 0; on the 64 images both broke, c/x is typically the same distance per image "
         f"(pseudo-median), 0% of images beyond ±5%, per-image ratios' IQR 1.00–1.00. d/y is the top pick in 100% of "
         f"image resamples and stays in the set in 100%")
@@ -346,13 +362,19 @@ def _check_inconclusive(r, spelling):
     assert need > 16 and r.images_to_decide == need and r.samples_to_separate == need
     assert m["samples_to_separate"] == need and m["answer"] == "inconclusive" and m["estimate"] == 0.0
     assert (m["fail_member"], m["fail_top"], m["n_both"], m["wins_top"], m["wins_member"]) == (3 / 16, 0.0, 13, 0, 0)
-    assert m["p_different"] == 1.0 and m["p_adjusted"] == m["p_equivalent"] and m["p_equivalent"] > 0.05
+    # the share endpoint (3 of 16 images worse: the failures) is always charged; 3 of 16 cannot pass 5 points
+    # (Bonferroni ×2 with the distance endpoint, which 13 images both broke can reach)
+    worse = np.r_[np.ones(3), np.zeros(13)]
+    share_p = max(paired_binary.beyond_p(worse, np.zeros(16), 0.05), paired_binary.mcnemar_p(worse, np.zeros(16)))
+    assert m["p_different"] == pytest.approx(min(1.0, 2 * share_p)) and share_p > 0.05
+    assert m["p_adjusted"] == m["p_equivalent"] and m["p_equivalent"] > 0.05
     assert m["optimality"] == 13 * 0.5 / (0.5 - BASE).sum() or m["optimality"] < 1
     decision = f"rerun with {spelling}{int(need)} (80% power)"
     assert m["decision"] == decision
     assert r.summary == (
         f"inconclusive: e/x, f/y; {decision}. f/y vs e/x: neither shown different "
-        f"nor equivalent within ±5 points of failure rate and ±5% typical per-image distance: failure rates 19% "
+        f"nor equivalent within ±5 points of images worse, ±5 points of failure rate and ±5% typical per-image "
+        f"distance: f/y worse beyond ±25% (or failing) on 19% of the 16 images either broke, e/x on 0%; failure rates 19% "
         f"(f/y) vs 0% (e/x) over 16 images; broken by f/y only: 0, by e/x only: 3; on the 13 images both broke, f/y "
         f"is typically the same distance per image (pseudo-median), 0% of images beyond ±5%, per-image ratios' "
         f"IQR 1.00–1.00: {decision}. e/x is the top pick in 100% of image resamples and stays in the set in 100%")
@@ -365,7 +387,7 @@ def _check_mixed(r):
     m = r.trust_set[1]
     assert m["decision"] == MIXED_DECISION and m["images_to_decide"] is None
     assert np.isnan(r.images_to_decide) and r.weak == []
-    assert f"{m['implementation']} vs {r.implementation}: different beyond its margin" in r.summary
+    assert f"{m['implementation']} vs {r.implementation}: mixed: the robustness curves cross at distance " in r.summary
     assert r.summary.startswith(f"inconclusive: {r.implementation}, {m['implementation']}; {MIXED_DECISION}. ")
     assert f": {MIXED_DECISION}. " in r.summary
 
@@ -399,8 +421,8 @@ def test_an_equivalent_and_an_inconclusive_member_name_the_inconclusive_rerun():
     assert c["images_to_decide"] is None and c["decision"] == ""
     assert r.images_to_decide == b["images_to_decide"] and b["images_to_decide"] > 80
     assert b["decision"].startswith("cannot be decided on this dataset")
-    assert r.summary.startswith(f"inconclusive: a/x, c/z, b/y; {b['decision']}. c/z vs a/x: equivalent within ±5 "
-                                f"points")
+    assert r.summary.startswith(f"inconclusive: a/x, c/z, b/y; {b['decision']}. c/z vs a/x: equivalent on the "
+                                f"robustness curve within ±5 points")
     assert f"; b/y vs a/x: neither shown different nor equivalent" in r.summary
     assert c["p_adjusted"] == c["p_equivalent"] and c["p_equivalent"] > 0
 

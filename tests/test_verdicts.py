@@ -120,7 +120,7 @@ def test_audit_verdict_weighs_the_evidence_of_real_runs(rows):
     before, after = release("defective/ddn_short", "1.0"), release("adv_lib/ddn", "2.0")
     row = diff(before, after).set_index("implementation").loc["plug/ddn"]
     assert row.verdict == "improved" and row.score > 0
-    assert "ξ 0.00 → 1.00" in row.reason and "16 better / 0 worse images (different" in row.reason
+    assert "ξ 0.00 → 1.00" in row.reason and "16 better / 0 worse images (new better on the robustness curve" in row.reason
     assert "silent_failure gone" in row.reason
     back = diff(after, before).set_index("implementation").loc["plug/ddn"]
     assert back.verdict == "regressed" and "new: " in back.reason and "silent_failure" in back.reason
