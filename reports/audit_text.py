@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attackaudit.fidelity.flag_kinds import WEAKNESS, severity
-from .formats import MARGIN, Col, f_bool, f_count, f_opt, f_p, f_pct, f_ratio, f_signed
-
-
-def f_flag_names(value: object) -> str:
-    """A diff's comma-joined flag names, each weakness marked "(weaker)": a weakness is not a defect
-    (fidelity/flag_kinds.py), in ``compare`` as in every other view."""
-    if not isinstance(value, str) or not value:
-        return ""
-    return ", ".join(f + (" (weaker)" if severity(f) == WEAKNESS else "") for f in value.split(",") if f)
+from .formats import MARGIN, Col, f_bool, f_count, f_flag_names, f_opt, f_p, f_pct, f_ratio, f_signed
 
 #: the order a diff's rows are listed in: what needs a look first
 VERDICT_ORDER = {"regressed": 0, "improved": 1, "new": 2, "removed": 3, "unchanged": 4}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from attackaudit.fidelity.equivalence import DELTA
+from attackaudit.fidelity.flag_kinds import WEAKNESS, severity
 
 #: the margin δ of every comparison (fidelity/equivalence.py), as a relative size per image
 MARGIN = f"{math.expm1(DELTA):.0%}"
@@ -88,6 +89,15 @@ def f_bool(v: object) -> str:
         return ""
     return "yes" if bool(v) else "no"
 
+
+
+def f_flag_names(value: object) -> str:
+    """Comma-joined flag names, each weakness marked "(weaker)": a weakness is not a defect
+    (fidelity/flag_kinds.py), in every table that lists flags."""
+    if not isinstance(value, str) or not value:
+        return ""
+    names = [f.strip() for f in value.split(",") if f.strip()]
+    return ", ".join(f + (" (weaker)" if severity(f) == WEAKNESS else "") for f in names)
 
 def f_signed(v: object) -> str:
     f = as_float(v)

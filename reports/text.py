@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from here by harness/audit and tests)
-from .formats import MARGIN, Col, as_float, f_bool, f_count, f_dist, f_opt, f_p, f_pct, f_ratio, f_sec, f_signed
+from .formats import (MARGIN, Col, as_float, f_bool, f_count, f_dist, f_flag_names, f_opt, f_p, f_pct, f_ratio, f_sec,
+                      f_signed)
 from attackaudit.fidelity.flag_kinds import WEAKNESS, WEAKNESS_FLAGS, defect_rows, severity
 from .tables import FLAG_MEANINGS, ReportData
 from .formats import counted
@@ -34,7 +35,7 @@ LEADERBOARD_COLS = [
     Col("forwards", "forwards", f_count, True, "mean forward passes per sample"),
     Col("backwards", "backwards", f_count, True, "mean backward passes per sample"),
     Col("time (s)", "wall_s", f_sec, True, "wall time per job"),
-    Col("flags", "flags"),
+    Col("flags", "flags", f_flag_names, tip="each a defect (never trusted) unless marked (weaker): a weakness"),
 ]
 
 RECOMMEND_COLS = [
@@ -58,7 +59,8 @@ SIDE_COLS = [
     Col("global ξ", "optimality", f_opt, True), Col("worst-model ξ", "optimality_min", f_opt, True),
     Col("AttackBench ξ", "optimality_attackbench", f_opt, True), Col("ASR @ ref ε", "asr_at_ref", f_pct, True),
     Col("median distance", "median_distance", f_dist, True), Col("forwards", "forwards", f_count, True),
-    Col("backwards", "backwards", f_count, True), Col("time (s)", "wall_s", f_sec, True), Col("flags", "flags"),
+    Col("backwards", "backwards", f_count, True), Col("time (s)", "wall_s", f_sec, True),
+    Col("flags", "flags", f_flag_names),
 ]
 
 PAIR_COLS = [

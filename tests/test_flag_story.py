@@ -87,6 +87,10 @@ def test_the_first_screen_counts_defects_and_words_weaknesses(run: Path, truth):
     for flag in {f for fs in truth.values() for f in fs}:
         word = "a weakness: weaker, still trusted" if flag in WEAKNESS_FLAGS else "a defect: flagged, never trusted"
         assert re.search(rf"<li>{flag} \(\d+; {word}\)", page) and re.search(rf"- {flag} \(\d+; {word}\)", md), flag
+    # the leaderboard's flags column marks the weakness, never a defect
+    board_md = [_md_cells(line) for line in md.splitlines() if line.startswith("| foolbox/LinfPGD ")]
+    assert any(c == "optimality_gap (weaker)" for row in board_md for c in row), board_md
+    assert "optimality_gap (weaker)" in unescape(page) and not re.search(r"crash \(weaker\)", unescape(page) + md)
     body = [line for line in md.splitlines()[2:] if line.startswith("|")]
     html_rows = [[r["family"] if r["first"] else "", r["verdict"] if r["first"] else "", r["pick"], r["num"], r["nb"],
                   r["own"]] for r in rows]
