@@ -192,11 +192,13 @@ def test_the_jupyter_table(run):
     assert page.startswith(f"<p><b>attackaudit</b> · {out} · 12 rows · {shown.execution}</p>"
                            "<p>note: &lt;b&gt;cast&lt;/b&gt; &amp; kept</p><table>")
     assert ("<table><thead><tr><th>family</th><th>norm</th><th>verdict</th><th>trust (global ξ, 95% CI)</th>"
-            "<th>flagged</th></tr></thead><tbody>") in page
+            "<th>flagged</th><th>weaker</th></tr></thead><tbody>") in page
     summary = "every implementation is flagged (probe/descent (last_not_best)); none is trusted"
-    assert (f"<tr><td>descent</td><td>l2</td><td>none</td><td>{summary}</td><td>1</td></tr>"
-            f"<tr><td>descent</td><td>linf</td><td>none</td><td>{summary}</td><td>1</td></tr></tbody></table>") in page
-    assert page.endswith("<p>.trust(family, norm) for the reasons, .flags for the defects, "
+    assert (f"<tr><td>descent</td><td>l2</td><td>none</td><td>{summary}</td><td>1</td><td>0</td></tr>"
+            f"<tr><td>descent</td><td>linf</td><td>none</td><td>{summary}</td><td>1</td><td>0</td></tr></tbody></table>"
+            ) in page
+    assert page.endswith("<p>flagged: a defect, never trusted; weaker: only a weakness (optimality_gap), still trusted. "
+                         ".trust(family, norm) for the reasons, .flags for the findings (their severity), "
                          ".report(path) for the full report.</p>")
 
 
