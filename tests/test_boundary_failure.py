@@ -45,6 +45,23 @@ def test_explain_says_why_a_boundary_point_failed(tmp_path: Path):
     assert boundary_text({"best_dropped": 1, "distance": 0.5}) == ""            # a later best stood
 
 
+def test_the_flag_rows_say_it_too(tmp_path: Path):
+    """Where foolbox is flagged (a crash on another image), its rows in the report's evidence name
+    the boundary point beside "failed, others broke it"."""
+    from attackaudit.reports.answer import flag_evidence_rows
+    from attackaudit.reports.run_files import load_runs
+    from attackaudit.reports.tables import build
+
+    run = _run(tmp_path)
+    table, manifests, _ = load_runs([run])
+    crashed = (table["implementation"] == "foolbox/L2DeepFoolAttack") & (table["sample"] == 0)
+    table.loc[crashed, ["status", "error"]] = ["crash", "RuntimeError: x"]
+    rows, _ = flag_evidence_rows(build(table, manifests, [run]), limit=12)[("foolbox/L2DeepFoolAttack", "3.3.4", "l2")]
+    why = dict(zip(rows["sample"], rows["why"]))
+    assert why[4] == "failed, others broke it (its kept best was a boundary point, dropped at the re-check)", why
+    assert "boundary" not in why[0]
+
+
 def test_a_dropped_best_without_a_returned_adversarial_says_so_too():
     text = boundary_text({"best_dropped": 2, "distance": np.inf, "returned_adversarial": False,
                           "returned_distance": np.inf})
