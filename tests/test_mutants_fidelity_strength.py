@@ -609,7 +609,7 @@ def test_below_expected_strength_says_why_xi_is_zero():
         "ξ 0.000 against its family's envelope (it broke 6 (model, image) cases, every one beyond ε₀, where ξ gives "
         "no credit) over 2 models, below half")
     out = strength.below_expected_strength(_strength_table([INF] * 4, models=("m1",)))
-    assert out[0]["evidence"].startswith("ξ 0.000 against its family's envelope (it broke no image) over 1 models")
+    assert out[0]["evidence"].startswith("ξ 0.000 against its family's envelope (it broke no image) over 1 model,")
 
 
 def _failing(model, k_fail, n, **kw):
