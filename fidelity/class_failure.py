@@ -107,7 +107,7 @@ def judge(rows: pd.DataFrame) -> pd.DataFrame:
     df["flagged"] = (df["q"] < ALPHA) & stopped_early
     df["evidence"] = [
         f"class-conditional failure: broke none of the {r['size']} images of class {r['class']} that other implementations "
-        f"of its family broke (over {r.n_models} models; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
+        f"of its family broke (over {r.n_models} model{'s' * (r.n_models != 1)}; median {r.queries:.0f} queries, budget {r.budget:.0f}) but {r.others} images "
         f"of the other classes; the chance that a correct attack whose failures follow difficulty fails them all: "
         f"p = {r.p:.2g} (Holm over {r.n_classes} classes)"
         for _, r in df.iterrows()]

@@ -720,7 +720,7 @@ def _class_table(a_queries=(10, 10), budget=100, b_dist=B_DIST, models=("m1",)):
 
 
 CF_EVIDENCE = ("class-conditional failure: broke none of the 2 images of class 2 that other implementations of its "
-               "family broke (over 1 models; median 20 queries, budget 100) but 4 of 4 images of the other classes; "
+               "family broke (over 1 model; median 20 queries, budget 100) but 4 of 4 images of the other classes; "
                "the chance that a correct attack whose failures follow difficulty fails them all: p = 0.03 "
                "(Holm over 3 classes)")
 
@@ -763,7 +763,7 @@ def test_class_failure_out_of_budget_is_a_note_not_a_finding():
     assert bool(r["flagged"]) is False and r["p"] == pytest.approx(0.03)
     assert cf.class_findings(_prepared(t)) == []
     note = ("fails every image of a class others broke, which is not label evidence here: broke none of the 2 "
-            "images of class 2 that other implementations of its family broke (over 1 models; median 95 queries, "
+            "images of class 2 that other implementations of its family broke (over 1 model; median 95 queries, "
             "budget 100) but 4 of 4 images of the other classes; the chance that a correct attack whose failures "
             "follow difficulty fails them all: p = 0.03 (Holm over 3 classes)")
     expected = [{"norm": "linf", "implementation": "lib/pgd", "library_version": "1.0", "note": note}]
