@@ -145,7 +145,8 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
     none estimated) and ``mixed``.
 
     ``p_different``: Bonferroni over the share, failure and distance endpoints (each counted only
-    when its ancillary counts could reach α at all: Tarone), in the direction of the smallest p; 1 when that direction is contradicted by an endpoint leaning the other way
+    when its ancillary counts could reach α at all: Tarone), in the direction of the smallest p
+    (among those that agree with the curves where only one curve leads by ``share_margin``); 1 when that direction is contradicted by an endpoint leaning the other way
     unresolved or by the curves (only the other curve leads by ``share_margin``). A mixed pair
     (the curves cross materially and the failure and distance endpoints are each shown beyond their
     margins in opposite directions) has the larger of those two p, doubled. ``p_equivalent``: the
@@ -165,7 +166,10 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
         res["broke_only_a"] + res["broke_only_b"], res["n_images"], margin) < alpha,
         "distance": res["n_both"] >= _fewest_signed_rank(alpha)}
     tests = [k for k in ests if reach[k]]
-    first = min(tests, key=lambda k: ps[k])
+    # the direction: the smallest p, among the tests that agree with the curve where only one leads
+    lead = curve_lead(*(x if np.isfinite(x) else 0.0 for x in leads), share_margin)
+    agreeing = [k for k in tests if int(np.sign(ests[k])) == lead] if lead else []
+    first = min(agreeing or tests, key=lambda k: ps[k])
     direction = int(np.sign(ests[first])) if ps[first] < 1.0 else 0
     if not direction:  # nothing beyond a margin: the endpoint with the larger effect relative to its margin
         direction = int(np.sign(ests[max(ests, key=lambda k: abs(ests[k]) / margins[k])]))
@@ -176,9 +180,8 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
                 "p_equivalent": p_equivalent, "direction": direction, "mixed": True}
     p_diff = float(min(1.0, len(tests) * ps[first]))
     if p_diff < alpha:
-        leads = curve_lead(*(x if np.isfinite(x) else 0.0 for x in leads), share_margin)
         against = [k for k in ests if _lean(ests[k], margins[k], ps[k], alpha) == -direction]
-        if leads == -direction:
+        if lead == -direction:
             lean, p_diff = "robustness curve", 1.0
         elif against:
             lean, p_diff = against[0], 1.0
