@@ -28,7 +28,8 @@ PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_
                 "n_samples", "fail_a", "fail_b",
                 "broke_only_a", "broke_only_b", "n_both", "n_neither", "p_mcnemar", "wins_a", "wins_b", "ties",
                 "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
-                "p_failure_different", "p_distance_different", "p_different", "p_equivalent", "direction", "mixed",
+                "p_failure_different", "p_distance_different", "n_informative", "worse_a", "worse_b",
+                "p_share_different", "headline", "lean", "crossing", "p_different", "p_equivalent", "direction", "mixed",
                 "median_difference", "p_adjusted", "p_equivalent_adjusted", "answer", "better",
                 "images_to_decide"]
 
@@ -59,8 +60,10 @@ def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: p
     ``long_distances``, when already computed). ``p_adjusted`` (difference) and
     ``p_equivalent_adjusted`` are Holm's over the pairs of one family, norm and model (or pooled
     row); ``answer`` follows from them (``equivalence.answer``); ``better`` is the closer
-    implementation when the answer is "different" (``compare``'s ``direction``: the endpoint with the
-    smaller difference p; none for a ``mixed`` pair); ``images_to_decide`` when inconclusive."""
+    implementation when the answer is "different" (``compare``'s ``direction``: the headline's on
+    the robustness curve; none for a ``mixed`` pair); ``images_to_decide`` when inconclusive.
+    ``headline`` (with ``worse_a``/``worse_b``, the share endpoint, and ``crossing``) is ``compare``'s
+    at the unadjusted 5% level; ``answer`` is the adjusted one."""
     long = long_distances(t) if long is None else long
     if long.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)

@@ -105,18 +105,18 @@ def within_p(fail_a: np.ndarray, fail_b: np.ndarray, margin: float = FAILURE_MAR
 
 
 def images_needed(fail_a: np.ndarray, fail_b: np.ndarray, alpha: float, power: float = 0.8,
-                  margin: float = FAILURE_MARGIN) -> float:
+                  margin: float = FAILURE_MARGIN, confidence: float = 0.8) -> float:
     """Images for the failure endpoint to decide with probability ``power`` at a conservative
-    truth: beyond the margin, the one-sided 80% confidence bound of |Δ| nearer the margin;
-    inside, the bound farther from 0 and the 80% upper bound of the discordance rate (exact at
-    zero discordant images). ``inf`` when that bound sits at the margin."""
+    truth: beyond the margin, the one-sided ``confidence`` bound of |Δ| nearer the margin;
+    inside, the bound farther from 0 and the ``confidence`` upper bound of the discordance rate
+    (exact at zero discordant images). ``inf`` when that bound sits at the margin."""
     x10, x01, n = discordant(fail_a, fail_b)
     if n == 0:
         return float("inf")
     diff, disc = (x10 - x01) / n, (x10 + x01) / n
     se = np.sqrt(max(disc - diff ** 2, 0.0) / n)
-    z_bound, z_power = stats.norm.isf(0.2), stats.norm.isf(1 - power)
-    disc_hi = max(disc + z_bound * np.sqrt(disc * (1 - disc) / n), 1 - 0.2 ** (1 / n))
+    z_bound, z_power = stats.norm.ppf(confidence), stats.norm.isf(1 - power)
+    disc_hi = max(disc + max(z_bound, 0.0) * np.sqrt(disc * (1 - disc) / n), 1 - (1 - confidence) ** (1 / n))
     if abs(diff) > margin:
         plan = abs(diff) - z_bound * se
         if plan <= margin:

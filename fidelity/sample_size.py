@@ -96,9 +96,9 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
     if any(beyond.values()):
         sizes = {}
         if beyond["share"]:
-            sizes["share"] = scale * paired_binary.images_needed(wa[inform], wb[inform], alpha / k, power, SHARE_MARGIN)
+            sizes["share"] = scale * paired_binary.images_needed(wa[inform], wb[inform], alpha / k, power, SHARE_MARGIN, PLAN_CONFIDENCE)
         if beyond["failure"]:
-            sizes["failure"] = paired_binary.images_needed(fa, fb, alpha / k, power, margin)
+            sizes["failure"] = paired_binary.images_needed(fa, fb, alpha / k, power, margin, PLAN_CONFIDENCE)
         if beyond["distance"]:
             sizes["distance"] = distance_images(r, share, alpha / k, delta, power)
         # endpoints leaning opposite ways must all be resolved (a direction, or a crossing): the
@@ -107,8 +107,8 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
         need = min(sizes.values()) if agree else max(sizes.values())
     else:  # every endpoint must be shown: each at power^(1/3), so that all are at ≈ power together
         each = float(power ** (1 / 3))
-        need = max(scale * paired_binary.images_needed(wa[inform], wb[inform], alpha, each, SHARE_MARGIN),
-                   paired_binary.images_needed(fa, fb, alpha, each, margin),
+        need = max(scale * paired_binary.images_needed(wa[inform], wb[inform], alpha, each, SHARE_MARGIN, PLAN_CONFIDENCE),
+                   paired_binary.images_needed(fa, fb, alpha, each, margin, PLAN_CONFIDENCE),
                    distance_images(r, share, alpha, delta, each))
     return float(max(np.ceil(need), n + 1)) if np.isfinite(need) else float("inf")
 
