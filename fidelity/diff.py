@@ -75,8 +75,9 @@ def _severity_text() -> str:
                      for w in tiers)
 
 
-VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (failure rate and per-image log ratio new/old "
-                f"on the images that ran in both, different beyond ±5 points or ±{np.expm1(DELTA):.0%}, adjusted over "
+VERDICT_RULE = (f"identical rows: unchanged. Else score = ±performance (the headline new/old on the robustness curve, "
+                f"on the images that ran in both: the share of images worse beyond ±25% or failing, beside failure rate "
+                f"(±5 points) and the typical per-image log ratio (±{np.expm1(DELTA):.0%}), adjusted over "
                 f"the implementation's own tests only; weight {PERFORMANCE_WEIGHT}, {LARGE_WEIGHT} when ξ moved by ≥ {LARGE_DELTA}) + severity "
                 f"of own-result flags gone − severity of own-result flags new ({_severity_text()}); mixed if both "
                 "sides weigh ≥ 2 or cancel, improved if > 0, regressed if < 0, inconclusive if the rows changed and "
