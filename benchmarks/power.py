@@ -15,6 +15,7 @@ and the share of reruns deciding *wrong* (a false verdict, which must stay near 
 
     python benchmarks/power.py [--reps 200] [--first 32] [--seed 0] [--cap 4000]
     python benchmarks/power.py --minority 64 [--reps 600]   # the headline on real seed noise
+    python benchmarks/power.py --sizes [--first 32] [--reps 200]   # N80 against images_to_decide
 
 Sizes above ``--cap`` images are not simulated (counted as "beyond cap"). Measured numbers are in
 fidelity/README.md ("Statistics").
@@ -102,7 +103,8 @@ def seed_pairs(min_images: int = 30) -> list[tuple[str, str, np.ndarray, np.ndar
     c = pd.read_parquet(Path(__file__).resolve().parent / "noise" / "corpus.parquet")
     c = c[c["status"] == "ok"]
     out = []
-    for base in sorted({m for m in c["model"].astype(str) if f"{m}~seed" in set(c["model"].astype(str))}):
+    models = set(c["model"].astype(str).unique())
+    for base in sorted(m for m in models if f"{m}~seed" in models):
         j = c[c["model"] == base].merge(c[c["model"] == f"{base}~seed"], on=["implementation", "norm", "sample"],
                                           suffixes=("_a", "_b"))
         for (impl, norm), g in j.groupby(["implementation", "norm"], observed=True):
@@ -135,6 +137,60 @@ def minority(reps: int, n: int, seed: int) -> dict[str, float]:
     return {k: v / reps for k, v in hits.items()}
 
 
+#: (name, share of images changed, factor on them; inf: failed) for ``sizes``: effects beyond the
+#: margins whose right answer is "worse", and identical copies whose right answer is "equivalent"
+SIZE_SCENARIOS = [("20% of images 2x farther", 0.2, 2.0), ("15% of images fail", 0.15, np.inf),
+                  ("every image 12% farther", 1.0, 1.12), ("identical copies", 0.0, 1.0)]
+
+
+def _draw_pair(rng: np.random.Generator, pairs: list, n: int, share: float, factor: float) -> np.ndarray:
+    """Pair values of ``n`` images of a random real seed-noise cell, the copy changed on ``share``
+    of them by ``factor`` (identical copies: the cell against itself)."""
+    from attackaudit.fidelity.equivalence import pair_values
+    _, _, da, db = pairs[rng.integers(len(pairs))]
+    idx = rng.integers(0, len(da), n)
+    x, y = da[idx], (db[idx] if share else da[idx]).copy()
+    y[rng.random(n) < share] *= factor
+    return pair_values(y[None], x[None])
+
+
+def _power(rng, pairs, n: int, share: float, factor: float, truth: str, reps: int) -> float:
+    hits = 0
+    for _ in range(reps):
+        c = compare(_draw_pair(rng, pairs, n, share, factor))
+        hits += answer(c["p_different"], c["p_equivalent"], ALPHA) == truth
+    return hits / reps
+
+
+def sizes(reps: int, first: int, seed: int, cap: int) -> list[dict]:
+    """Per ``SIZE_SCENARIOS`` on real seed noise: N80, the fewest images (bisected over a doubling
+    grid) at which the headline decides right with 80% power, and the ``images_to_decide`` a first
+    look at ``first`` images asks when it is inconclusive (median, quartiles, the share 'would not
+    decide'). Issue 48 item 7: the median within 2× of N80."""
+    pairs, rng = seed_pairs(), np.random.default_rng(seed)
+    out = []
+    for name, share, factor in SIZE_SCENARIOS:
+        truth = "equivalent" if share == 0 else "different"
+        lo, hi = 8, 16
+        while hi < cap and _power(rng, pairs, hi, share, factor, truth, reps) < 0.8:
+            lo, hi = hi, hi * 2
+        while hi - lo > max(4, lo // 8):
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if _power(rng, pairs, mid, share, factor, truth, reps) >= 0.8 else (mid, hi)
+        asked = []
+        for _ in range(reps):
+            x = _draw_pair(rng, pairs, first, share, factor)
+            c = compare(x)
+            if answer(c["p_different"], c["p_equivalent"], ALPHA) == "inconclusive":
+                asked.append(images_to_decide(x, ALPHA))
+        a = np.asarray(asked, dtype=float)
+        fin = a[np.isfinite(a)]
+        out.append({"scenario": name, "n80": hi, "inconclusive_first": a.size / reps,
+                    "asked_q": np.quantile(fin, [0.25, 0.5, 0.75]) if fin.size else None,
+                    "no_size": float(np.mean(~np.isfinite(a))) if a.size else 0.0})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=200)
@@ -143,7 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=int, default=4000)
     ap.add_argument("--minority", type=int, metavar="N", help="instead: the headline on real seed noise at N images "
                     "(A/A, minority-share and failure-excess power; issue 48)")
+    ap.add_argument("--sizes", action="store_true", help="instead: N80 on real seed noise against the median "
+                    "images_to_decide of a first look at --first images (issue 48 item 7)")
     args = ap.parse_args(argv)
+    if args.sizes:
+        print("| scenario | N80 | inconclusive at first look | asked (q1 / median / q3) | 'would not decide' |")
+        print("|---|---|---|---|---|")
+        for r in sizes(args.reps, args.first, args.seed, args.cap):
+            q = "–" if r["asked_q"] is None else " / ".join(f"{v:.0f}" for v in r["asked_q"])
+            print(f"| {r['scenario']} | {r['n80']} | {r['inconclusive_first']:.2f} | {q} | {r['no_size']:.2f} |")
+        return 0
     if args.minority:
         for key, rate in minority(args.reps, args.minority, args.seed).items():
             print(f"| {key} | {rate:.3f} |")

@@ -36,7 +36,7 @@ from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from . import paired_binary
 from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, observed_rows, signed_rank_z,
                           swapped)
-from .headline import SHARE_DELTA, SHARE_MARGIN
+from .headline import SHARE_DELTA, SHARE_MARGIN, WEIGHTS
 from .evidence_text import relative, shown_text
 from .sample_size import decision_text, images_to_decide
 from .flags import flagged
@@ -124,8 +124,8 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
                           alpha: float) -> np.ndarray:
     """(B, c) exclusions in each bootstrap resample: per pair, the headline's difference tests on
     the resampled images (normal approximations: the share and failure endpoints' score tests, the
-    distance endpoint's signed-rank test on the images both broke), Bonferroni over the testable
-    ones, in the direction of the smallest p."""
+    distance endpoint's signed-rank test on the images both broke), weighted Bonferroni over the
+    testable ones, in the direction of the smallest weighted p."""
     if not pairs:
         return np.zeros((idx.shape[0], c), dtype=bool)
     p_all, better_all = [], []
@@ -140,16 +140,18 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         z_d_second = signed_rank_z(np.where(both, r - DELTA, 0.0))
         firsts = np.stack([z_s_first, z_f_first, z_d_first])
         seconds = np.stack([z_s_second, z_f_second, z_d_second])
-        best = np.maximum(firsts, seconds)                        # (3, B)
-        at = np.argmax(best, axis=0)
+        # Tarone (headline.decide): the failure endpoint counts only when its discordant images
+        # could pass the margin at all; weighted Bonferroni over those counted (headline.WEIGHTS)
+        counted = np.stack([np.ones_like(n, bool), paired_binary.smallest_beyond_p(k_f, n, FAILURE_MARGIN) < alpha,
+                            np.ones_like(n, bool)])
+        w = np.where(counted, np.array([WEIGHTS["share"], WEIGHTS["failure rate"], WEIGHTS["distance"]])[:, None], 0.0)
+        scaled = np.where(counted, 2 * sps.norm.sf(np.maximum(firsts, seconds)) * w.sum(0) / np.maximum(w, 1e-12), np.inf)
+        at = np.argmin(scaled, axis=0)
         first = np.take_along_axis(firsts >= seconds, at[None], 0)[0]
         sig = sps.norm.isf(0.025)
         mixed = ((z_f_first > sig) & (z_d_second > sig)) | ((z_f_second > sig) & (z_d_first > sig))
         better_all.append(first)
-        # Tarone (headline.decide): the failure endpoint counts only when its discordant images
-        # could pass the margin at all
-        factor = 2.0 * (2 + (paired_binary.smallest_beyond_p(k_f, n, FAILURE_MARGIN) < alpha))
-        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, factor * sps.norm.sf(best.max(axis=0)))))
+        p_all.append(np.where(mixed, 1.0, np.minimum(1.0, scaled.min(axis=0))))
     return _excluded(np.stack(p_all, axis=1), np.stack(better_all, axis=1), pairs, c, alpha)
 
 

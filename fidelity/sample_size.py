@@ -25,7 +25,7 @@ from scipy import stats
 
 from . import paired_binary
 from .equivalence import DELTA, FAILURE_MARGIN, hodges_lehmann, observed
-from .headline import SHARE_MARGIN
+from .headline import SHARE_MARGIN, WEIGHTS
 
 #: the power every planned size targets
 POWER = 0.8
@@ -77,7 +77,8 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
     """Images a rerun needs for the headline of ``equivalence.compare`` of pair values to decide at
     level ``alpha`` with probability ``power`` at a conservative truth (module docstring): at least
     one more than it has, ``inf`` when no size would. Leaning different, the smallest size of the
-    endpoints beyond their margins (each at the Bonferroni share of α); leaning equivalent, the
+    endpoints beyond their margins (each at its weighted Bonferroni share of α,
+    ``headline.WEIGHTS``); leaning equivalent, the
     largest of the share, failure and distance endpoints' TOST sizes (each at power^(1/3))."""
     v = observed(values)
     fa, fb, r_all, wa, wb = v[:5]
@@ -92,15 +93,16 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
     est = {"share": paired_binary.estimate(wa[inform], wb[inform]), "failure": paired_binary.estimate(fa, fb),
            "distance": hodges_lehmann(r) if r.size else 0.0}
     beyond = {k: abs(est[k]) > m for k, m in (("share", SHARE_MARGIN), ("failure", margin), ("distance", delta))}
-    k = 3
-    if any(beyond.values()):
+    if any(beyond.values()):  # each endpoint at its weighted Bonferroni share of α (headline.WEIGHTS)
         sizes = {}
         if beyond["share"]:
-            sizes["share"] = scale * paired_binary.images_needed(wa[inform], wb[inform], alpha / k, power, SHARE_MARGIN, PLAN_CONFIDENCE)
+            sizes["share"] = scale * paired_binary.images_needed(
+                wa[inform], wb[inform], alpha * WEIGHTS["share"], power, SHARE_MARGIN, PLAN_CONFIDENCE)
         if beyond["failure"]:
-            sizes["failure"] = paired_binary.images_needed(fa, fb, alpha / k, power, margin, PLAN_CONFIDENCE)
+            sizes["failure"] = paired_binary.images_needed(
+                fa, fb, alpha * WEIGHTS["failure rate"], power, margin, PLAN_CONFIDENCE)
         if beyond["distance"]:
-            sizes["distance"] = distance_images(r, share, alpha / k, delta, power)
+            sizes["distance"] = distance_images(r, share, alpha * WEIGHTS["distance"], delta, power)
         # endpoints leaning opposite ways must all be resolved (a direction, or a crossing): the
         # largest size; leaning one way, any one of them decides: the smallest
         agree = len({int(np.sign(est[e])) for e in sizes}) == 1

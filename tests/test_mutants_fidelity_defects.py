@@ -281,22 +281,22 @@ def _kept_job(impl, n, kept, *, model="m", kind="minimal", at_label=0, version="
 def test_success_ignores_target_evidence_with_binomial_p_exactly():
     t = prepare(_kept_job("lib/k", 10, 4, at_label=2))
     (f,) = defects.success_ignores_target(t)
-    p = _p_at_least(4, 10, 0.02)
+    p = _p_at_least(4, 10, 0.03)
     assert f == {"model": "m", "norm": "l2", "implementation": "lib/k", "library_version": "1.0",
                  "flag": "label_bug", "evidence": (
                      f"success test ignores the target: its queries reached the target on 10 images, but it returned "
                      f"an output outside the target on 4 of them (2 still at the label); a sound minimal attack does "
-                     f"on 2%, p = {p:.2g}, BH q = {p:.2g} over its own models: image 0: returned class 1, target 7; "
+                     f"on 3%, p = {p:.2g}, BH q = {p:.2g} over its own models: image 0: returned class 1, target 7; "
                      f"image 1: returned class 1, target 7; image 2: returned class 4, target 7")}
-    assert f"p = {p:.2g}" == "p = 3.1e-05"
+    assert f"p = {p:.2g}" == "p = 0.00015"
 
 
 def test_success_ignores_target_rate_depends_on_the_attack_kind():
-    # 3 of 16 kept: p 0.004 at the minimal rate 2%, 0.43 at the fixed rate 15%
+    # 3 of 16 kept: p 0.011 at the minimal rate 3%, 0.43 at the fixed rate 15%
     assert len(defects.success_ignores_target(prepare(_kept_job("lib/k", 16, 3)))) == 1
     assert defects.success_ignores_target(prepare(_kept_job("lib/k", 16, 3, kind="fixed"))) == []
     # an unknown kind is judged at the minimal rate
-    assert "a sound  attack does on 2%" in defects.success_ignores_target(prepare(_kept_job("lib/k", 16, 3, kind="")))[0]["evidence"]
+    assert "a sound  attack does on 3%" in defects.success_ignores_target(prepare(_kept_job("lib/k", 16, 3, kind="")))[0]["evidence"]
     # 8 of 16 at 15%: p well under 5%
     (f,) = defects.success_ignores_target(prepare(_kept_job("lib/k", 16, 8, kind="fixed")))
     assert f"a sound fixed attack does on 15%, p = {_p_at_least(8, 16, 0.15):.2g}," in f["evidence"]
@@ -528,8 +528,9 @@ def test_images_to_decide_leaning_equivalent_takes_the_larger_endpoint_at_cube_r
         sample_size.distance_images(np.full(n, 0.047), 1.0, 0.05, 0.048, each)
 
 
-def test_images_to_decide_leaning_different_takes_the_smaller_endpoint_at_a_third_of_alpha():
-    # three endpoints can each show a difference: each at α/3 (Bonferroni)
+def test_images_to_decide_leaning_different_takes_the_smaller_endpoint_at_its_weighted_share_of_alpha():
+    # three endpoints can each show a difference: each at its weighted Bonferroni share of α
+    # (headline.WEIGHTS: share 0.6, failure 0.1, distance 0.3); the share endpoint sees failures too
     from attackaudit.fidelity import paired_binary
     n = 40
     fa = np.zeros(n)
@@ -537,25 +538,26 @@ def test_images_to_decide_leaning_different_takes_the_smaller_endpoint_at_a_thir
     fb = np.zeros(n)
     r = np.where(fa > 0, np.nan, DELTA + 0.005)    # and is 5.5% farther where both broke
     both = r[np.isfinite(r)]
-    fail = paired_binary.images_needed(fa, fb, 0.05 / 3, 0.8)
-    dist = _normal_size(DELTA + 0.005, both.size, 0.05 / 3, 0.8, both.size / n)
-    assert np.isfinite(fail) and np.isfinite(dist) and fail != dist
-    assert sample_size.images_to_decide(_values(fa, fb, r), 0.05) == max(min(fail, dist), n + 1)
-    # only the failure endpoint beyond its margin (distance inside): its size alone
+    share = paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8)     # the failed images are the worse ones
+    fail = paired_binary.images_needed(fa, fb, 0.05 * 0.1, 0.8)
+    dist = _normal_size(DELTA + 0.005, both.size, 0.05 * 0.3, 0.8, both.size / n)
+    assert np.isfinite(share) and np.isfinite(dist) and share < fail and share != dist
+    assert sample_size.images_to_decide(_values(fa, fb, r), 0.05) == max(min(share, fail, dist), n + 1)
+    # only the failure and share endpoints beyond their margins (distance inside): the share's size
     r_in = np.where(fa > 0, np.nan, 0.0)
-    assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05) == max(fail, n + 1)
+    assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05) == max(share, n + 1)
     assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05, power=0.95) == \
-        max(paired_binary.images_needed(fa, fb, 0.05 / 3, 0.95), n + 1)
+        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.95), n + 1)
     # a failure margin of 10 points: the share endpoint (the same failures, its own 5 points) decides
     assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05, margin=0.1) == \
-        max(paired_binary.images_needed(fa, fb, 0.05 / 3, 0.8, 0.05), n + 1)
+        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8, 0.05), n + 1)
     # only the distance endpoint beyond its margin
     same = np.zeros(n)
     r_all = np.full(n, DELTA + 0.005)
-    d_only = _normal_size(DELTA + 0.005, n, 0.05 / 3, 0.8)
+    d_only = _normal_size(DELTA + 0.005, n, 0.05 * 0.3, 0.8)
     assert sample_size.images_to_decide(_values(same, same, r_all), 0.05) == max(d_only, n + 1)
     assert sample_size.images_to_decide(_values(same, same, r_all), 0.05, power=0.9) == \
-        max(_normal_size(DELTA + 0.005, n, 0.05 / 3, 0.9), n + 1)
+        max(_normal_size(DELTA + 0.005, n, 0.05 * 0.3, 0.9), n + 1)
 
 
 def test_images_to_decide_edges_and_the_floor_of_one_more_image():

@@ -17,6 +17,7 @@ from attackaudit.fidelity import stats as fidelity_stats
 from attackaudit.fidelity.paired_binary import (FAILURE_MARGIN, beyond_p, discordant, estimate, images_needed,
                                                 mcnemar_p, min_beyond_p, score_z, within_p)
 from attackaudit.fidelity.stats import ALPHA
+from attackaudit.fidelity.flags import LAST_NOT_BEST_NULL_RATE
 
 
 @pytest.fixture(autouse=True)
@@ -502,10 +503,11 @@ def lnb_table(kind="minimal", worse_factor=1.5):
 
 def test_last_not_best_evidence_counts_the_worse_returns_against_the_null_rate():
     found = per_job(lnb_table())
-    p = stats.binom.sf(3, 20, 0.025)  # 4 of 20 worse at the minimal attacks' null rate
+    rate = LAST_NOT_BEST_NULL_RATE["minimal"]
+    p = stats.binom.sf(3, 20, rate)  # 4 of 20 worse at the minimal attacks' null rate
     assert evidence(found, "x/pgd", "last_not_best") == (
         "returned output worse than the best it had queried on 4 of 20 images it broke (1 returned no "
-        f"adversarial at all; median returned/best 1.50); null rate 2% for a sound minimal attack, p = {p:.2g}, "
+        f"adversarial at all; median returned/best 1.50); null rate {rate:.0%} for a sound minimal attack, p = {p:.2g}, "
         f"BH q = {p:.2g} over its 1 job: images 2, 5, 7, 9")
     assert evidence(found, "y/pgd", "last_not_best") is None
     # a fixed-ε attack's null rate (18%) explains 4 of 20
@@ -521,7 +523,7 @@ def test_last_not_best_over_several_jobs_is_adjusted_over_the_implementation_s_m
     ret[[2, 5, 7, 9]] = d[[2, 5, 7, 9]] * 2.0
     t = table(*[job_rows(m, "x/pgd", "linf", d, family="pgd", returned=ret) for m in ("m1", "m2")])
     found = per_job(t)
-    p = stats.binom.sf(3, 20, 0.025)
+    p = stats.binom.sf(3, 20, LAST_NOT_BEST_NULL_RATE["minimal"])
     ev = found.loc[found["flag"] == "last_not_best", "evidence"].tolist()
     assert len(ev) == 2
     assert all(e.endswith(f"BH q = {p:.2g} over its 2 jobs: images 2, 5, 7, 9") for e in ev)
@@ -625,9 +627,10 @@ def test_an_optimality_gap_names_the_better_sibling_and_both_endpoints():
     # ξ against the pgd family's envelope (d): ε₀ = max d; q/fmn, another family, does not move it
     eps0 = d.max()
     xi_y = np.clip(eps0 - w, 0, None).sum() / np.clip(eps0 - d, 0, None).sum()
-    # all 27 images both broke one way: the exact signed-rank p, charged twice (the headline's
-    # Bonferroni over the share and distance endpoints; the failure endpoint cannot reach α)
-    p = 2 * (2 * 0.5 ** 27)
+    # all 27 images both broke one way: the exact signed-rank p over its weighted share of α (the
+    # headline's weighted Bonferroni over the share and distance endpoints, 0.3 of 0.9; the
+    # failure endpoint cannot reach α)
+    p = (2 * 0.5 ** 27) * 0.9 / 0.3
     assert found[0]["evidence"] == (
         f"optimality against its family's envelope {xi_y:.3f} vs 1.000 for x/pgd 1.0; failure rates 10% vs 0%; "
         "on the 27 images both broke typically 50% farther per image (pseudo-median), smaller perturbation on 0 "
@@ -652,14 +655,14 @@ def test_an_optimality_gap_on_two_models_is_flagged_on_each_with_bh_over_the_two
 
 
 def test_a_single_worse_return_is_never_a_last_not_best_pattern():
-    """One image of one broken image is significant at the minimal null rate (p = 0.025) but one
+    """One image of one broken image is significant at the minimal null rate (p = the rate) but one
     stray image is not a pattern (LAST_NOT_BEST_MIN_IMAGES = 2)."""
     t = table(job_rows("m1", "x/pgd", "linf", [0.3], family="pgd", returned=[np.inf]))
     assert evidence(per_job(t), "x/pgd", "last_not_best") is None
     two = table(job_rows("m1", "x/pgd", "linf", [0.3, 0.4], family="pgd", returned=[np.inf, np.inf]))
     assert evidence(per_job(two), "x/pgd", "last_not_best").startswith(
         "returned output worse than the best it had queried on 2 of 2 images it broke (2 returned no adversarial "
-        "at all); null rate 2% for a sound minimal attack")
+        f"at all); null rate {LAST_NOT_BEST_NULL_RATE['minimal']:.0%} for a sound minimal attack")
 
 
 def test_flags_of_an_empty_table_have_the_flag_columns():
