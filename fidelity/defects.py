@@ -55,8 +55,10 @@ TARGET_MIN_FRACTION = 0.5
 #: target while the returned output is not in it, for a sound attack. Sound minimal attacks return
 #: their best (measured 0 of 16 images per job, README table); a fixed-ε attack's returned row at
 #: the widest ε is its last iterate, which can leave the target it passed through (measured ≤ 2 of
-#: 16 per job)
-TARGET_KEPT_NULL_RATE = {"minimal": 0.02, "fixed": 0.15}
+#: 16 per job). At 512 targeted digits every sound job measured 0 of 509 (adv_lib DDN L2 and FMN L∞;
+#: ART L2 PGD, cleverhans and torchattacks L∞ PGD): the minimal rate sits ``null_rates.NULL_MARGIN``
+#: above that bound (0.006 + 0.02; 2% before, below it), the fixed rate far above (tests/test_null_edge.py)
+TARGET_KEPT_NULL_RATE = {"minimal": 0.03, "fixed": 0.15}
 #: ... and never on fewer images than this
 TARGET_KEPT_MIN_IMAGES = 3
 #: fallback_output: images whose default output would have counted as broken (a default output is

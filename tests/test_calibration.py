@@ -126,10 +126,14 @@ def test_job_rules_shift_and_strength_fpr_and_power(models):
 
 def test_shift_sensitivity_finds_its_defects_at_64_images():
     """A deterministic attack 30% farther on 35% of the images of its shift twin, and a randomised
-    one beside its seed twin, where the README table shows them found."""
+    one beside its seed twin, where the README table shows them found. The deterministic one is
+    judged against the 26% null that sound one-step FGMs need at 512 images (fidelity/README.md,
+    "Null rates that hold at every n"; 15% before): at 64 images it is found in about a third of
+    the repetitions (0.94 before), at 256 in most; the real shift defects differ on 62–100%."""
     res = calibrate(20, [64], [1], only={"shift_sensitivity | shift35", "shift_sensitivity | rand40",
                                         "shift_sensitivity | sign", "shift_sensitivity | seeds"})
-    _check(res, {("shift_sensitivity", "shift35"): 0.6, ("shift_sensitivity", "rand40"): 0.6})
+    _check(res, {("shift_sensitivity", "shift35"): 0.15, ("shift_sensitivity", "rand40"): 0.6})
+    _check(calibrate(20, [256], [1], only={"shift_sensitivity | shift35"}), {("shift_sensitivity", "shift35"): 0.6})
 
 
 # ------------------------------------------------------------------ real noise (benchmarks/noise/corpus.parquet)
