@@ -47,8 +47,8 @@ The defect rules of fidelity/defects.py, on fixed-ε attacks whose minimal-ε se
 | ``weak`` | null | label_bug (targets ignored): a correct targeted attack failing the 15% hardest images, where 30% of its failed outputs land in a third class |
 | ``ignore`` | defect | label_bug (targets ignored): goes for the nearest wrong class, which is the target on one image in nine |
 
-The per-job rules and the rest of flags.py (each beside a sound sibling, so that the report-wide
-adjustments see more than the attack under test):
+The per-job rules and the rest of flags.py (each beside a sound sibling, whose rows the rules that
+read a family's envelope see; every adjustment is over the attack's own jobs):
 
 | scenario | kind | what |
 |---|---|---|
@@ -253,7 +253,7 @@ def _job_flag(t: pd.DataFrame, rule: str, impl: str = "x/a") -> bool:
 
 def _not_best(rng: np.random.Generator, sound: np.ndarray, models: list[str], kind: str, rate: float) -> bool:
     """last_not_best on an attack of ``kind`` whose returned output is 5–50% worse than its best
-    on a ``rate`` share of its images, beside a sound sibling (both judged, BH over the report)."""
+    on a ``rate`` share of its images, beside a sound sibling (both judged, each BH over its own jobs)."""
     t = table_from_arrays({"x/sound": sound, "x/a": sound}, models).assign(kind=kind)
     mine = (t["implementation"] == "x/a").to_numpy()
     worse = np.where(rng.random(sound.size) < rate, rng.uniform(1.06, 1.5, sound.size), 1.0)
@@ -487,7 +487,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules", nargs="+", help='only these rules (e.g. out_of_ball "label_bug (targets ignored)")')
     ap.add_argument("--real", nargs="*", metavar="GROUP",
                     help="real-noise groups (pair, 'pair worst', report, twins; none named: all)")
+    ap.add_argument("--part", choices=["held-out", "held-out model"],
+                    help="with --real or --report-wide: draw from this part of the corpus (benchmarks/held_out.py)")
+    ap.add_argument("--report-wide", action="store_true",
+                    help="P(at least one false defect flag) in reports of K sound implementations (report_wide.py)")
+    ap.add_argument("--k", type=int, nargs="+", default=[1, 5, 20, 98], help="with --report-wide: the K to measure")
+    ap.add_argument("--held-out", action="store_true",
+                    help="the thresholds recomputed on the threshold part, beside the shipped ones (held_out.py)")
+    ap.add_argument("--save", action="store_true",
+                    help="merge the rows into benchmarks/noise/report_wide.csv, held_out.csv or thresholds.csv")
     args = ap.parse_args(argv)
+    if args.report_wide or args.held_out or (args.real is not None and args.part):
+        return _held_out_main(args)
     if args.real is not None:
         import real_nulls
         start = time.perf_counter()
@@ -502,6 +513,60 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     res = calibrate(args.reps, args.images, args.models, args.run_dir, only=set(args.rules) if args.rules else None)
     print(as_table(res))
+    print(f"\n{args.reps} repetitions per cell, α = {ALPHA}; {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+NOISE = Path(__file__).resolve().parent / "noise"
+
+
+def _save(df: pd.DataFrame, name: str, keys: list[str]) -> None:
+    """Merge ``df`` into ``benchmarks/noise/<name>``: stored rows with the same ``keys`` are replaced."""
+    path = NOISE / name
+    if path.is_file():
+        old = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        new_keys = set(map(tuple, df[keys].astype(str).to_numpy()))
+        old = old[[tuple(k) not in new_keys for k in old[keys].astype(str).to_numpy()]]
+        df = pd.concat([old, df], ignore_index=True)
+    df.to_csv(path, index=False, float_format="%.6g")
+    print(f"saved {path}")
+
+
+def _held_out_main(args) -> int:
+    """``--report-wide``, ``--held-out`` and ``--real --part``: benchmarks/report_wide.py and
+    benchmarks/held_out.py, printed and, with ``--save``, stored beside the corpus."""
+    import held_out
+    import real_noise
+    import real_nulls
+    import report_wide
+    start = time.perf_counter()
+    part = args.part or "all"
+    if args.report_wide:
+        for n in args.images:
+            res, named = report_wide.measure(args.k, args.reps, n, part=args.part)
+            res.insert(0, "part", part)
+            print(res.to_string(index=False))
+            for k, counts in named.items():
+                print(f"K = {k}: " + "; ".join(f"{name} ×{c}" for name, c in counts.items()))
+            if args.save:
+                _save(res, "report_wide.csv", ["part", "K", "images"])
+    elif args.held_out:
+        c = real_noise.load()
+        rows = []
+        for p in ("threshold", None):
+            t = held_out.thresholds(real_noise.part(c, p)).assign(part=p or "all")
+            rows.append(t)
+            print(f"{p or 'whole corpus'}:\n{t.to_string(index=False)}")
+        print(held_out.split_sizes(c))
+        if args.save:
+            _save(pd.concat(rows, ignore_index=True), "thresholds.csv", ["part", "threshold"])
+    else:
+        res = real_nulls.calibrate_real(args.reps, args.images, args.models, groups=tuple(args.real) or
+                                        ("report", "split", "batch", "shift"), power=False, part=args.part)
+        res.insert(0, "part", part)
+        print(res.to_string(index=False))
+        if args.save:
+            _save(res, "held_out.csv", ["part", "rule", "scenario", "images", "models"])
     print(f"\n{args.reps} repetitions per cell, α = {ALPHA}; {time.perf_counter() - start:.0f} s")
     return 0
 

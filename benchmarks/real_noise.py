@@ -16,6 +16,7 @@ batches) and the shift twin change.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,38 @@ KNOWN_DEFECTS: dict[str, frozenset[tuple[str, str]]] = {
     # an L1 step on pixels the box clips (README "Defects", eps_unused)
     "eps_unused": frozenset({("art/FastGradientMethod", "l1"), ("art/ProjectedGradientDescent", "l1")}),
 }
+
+#: held-out calibration (fidelity/README.md, "Held-out calibration"): the images of the corpus are
+#: split by a fixed hash of their sample id (the dataset index), never by what their rows say; the
+#: thresholds are recomputed on the ``threshold`` images of ``THRESHOLD_MODELS`` (and their twins),
+#: the false-positive rates measured on the ``held-out`` images of those models and on every image
+#: of ``HELD_OUT_MODEL``, which sets no threshold
+SPLIT_SALT = "attackaudit/held-out/v1"
+THRESHOLD_MODELS = ("digits-mlp", "digits-cnn")
+HELD_OUT_MODEL = "digits-cnn-at-linf"
+PARTS = ("threshold", "held-out", "held-out model")
+
+
+def held_out(samples) -> np.ndarray:
+    """Per sample id: True where the image belongs to the held-out half (the first byte of
+    SHA-256 of ``SPLIT_SALT:<id>`` below 128), False where it sets thresholds."""
+    return np.array([hashlib.sha256(f"{SPLIT_SALT}:{int(s)}".encode()).digest()[0] < 128 for s in samples], bool)
+
+
+def part(c: pd.DataFrame, name: str | None) -> pd.DataFrame:
+    """The rows of one part of the corpus (``load``'s frame): ``threshold`` (the threshold images on
+    ``THRESHOLD_MODELS`` and their twins), ``held-out`` (the other images on those models),
+    ``held-out model`` (every image of ``HELD_OUT_MODEL`` and its twins); None: all of it."""
+    if name is None:
+        return c
+    if name not in PARTS:
+        raise ValueError(f"unknown corpus part {name!r}: one of {PARTS}")
+    if name == "held-out model":
+        return c[(c["base"] == HELD_OUT_MODEL).to_numpy()]
+    ho = held_out(c["sample"].to_numpy())
+    keep = c["base"].isin(THRESHOLD_MODELS).to_numpy() & (ho if name == "held-out" else ~ho)
+    return c[keep]
+
 
 FILL = {"run": "noise", "dataset": "digits", "subset_hash": "corpus", "params_hash": "p", "params": "{}",
         "targeted": False, "target": -1, "best_dropped": 0}
@@ -225,9 +258,15 @@ class Resampler:
                         for k, g in full.groupby(["implementation", "norm", "model"], sort=False)}
         self._pos = {k: pd.Index(g["sample"].to_numpy()) for k, g in self._by_job.items()}
         self.n_images = int(corpus["sample"].nunique())
+        #: the base models this corpus (or part of it, ``part``) holds, in ``BASE_MODELS`` order
+        self.base_models = tuple(b for b in BASE_MODELS if b in set(corpus["base"]))
 
     def has(self, job: Job) -> bool:
         return (job.implementation, job.norm, job.model) in self._by_job
+
+    def jobs(self, implementation: str, norm: str) -> list[Job]:
+        """Every job of one implementation the corpus holds: its base models and their twins."""
+        return [Job(i, n, m) for i, n, m in self._by_job if i == implementation and n == norm]
 
     def common(self, jobs: list[Job]) -> np.ndarray:
         """The sample ids every job in ``jobs`` ran on (a split twin ran on the first 32)."""

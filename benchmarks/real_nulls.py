@@ -51,22 +51,33 @@ SHIFT_MODEL = "digits-mlp"
 SHIFT_DEFECTS = frozenset({("torchattacks/EADL1", "l1"), ("torchattacks/EADEN", "l1"), ("torchattacks/CW", "l2")})
 
 
-@lru_cache(maxsize=2)
-def resampler(path: str = str(rn.CORPUS)) -> rn.Resampler:
-    return rn.Resampler(rn.load(path))
+#: the part of the corpus (``real_noise.part``) the checks draw their images and models from
+#: (``draw``), and the part their pools and worst specs are measured on (``pools``): the whole
+#: corpus (None) unless ``calibrate_real(part=...)`` runs a held-out part, whose pools are then the
+#: threshold part's, so that no spec is picked as the worst on the images it is judged on
+SCOPE: dict[str, str | None] = {"draw": None, "pools": None}
 
 
-@lru_cache(maxsize=2)
-def pools(path: str = str(rn.CORPUS)) -> dict:
+@lru_cache(maxsize=4)
+def resampler(path: str = str(rn.CORPUS), part: str | None = None) -> rn.Resampler:
+    return rn.Resampler(rn.part(rn.load(path), part))
+
+
+def _scope() -> tuple[rn.Resampler, dict]:
+    return resampler(part=SCOPE["draw"]), pools(part=SCOPE["pools"])
+
+
+@lru_cache(maxsize=4)
+def pools(path: str = str(rn.CORPUS), part: str | None = None) -> dict:
     """The implementations each null draws from, with the measured worst of each kind (on the
     batch twins: the most images differing where the rule looks, off a decision boundary and
-    without a default output)."""
-    R = resampler(path)
+    without a default output), on the corpus or one ``part`` of it."""
+    R = resampler(path, part)
     c = R.c
     m = rn.measure(c)
     seed = m["seed"][m["seed"]["both_broke"] >= 30].copy()
     seed_pool = [(r.implementation, r.norm) for r in seed.itertuples()
-                 if all(R.has(rn.Job(r.implementation, r.norm, b + s)) for b in rn.BASE_MODELS for s in ("", "~seed"))]
+                 if all(R.has(rn.Job(r.implementation, r.norm, b + s)) for b in R.base_models for s in ("", "~seed"))]
     worst_seed = tuple(seed.sort_values("sd_log_ratio").iloc[-1][["implementation", "norm"]])
     nb = m["not_best"][~m["not_best"]["known"] & (m["not_best"]["n"] >= 30)]
     nb_worst = {k: tuple(g.sort_values(["rate", "n"]).iloc[-1][["implementation", "norm"]])
@@ -76,7 +87,7 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
     from attackaudit.fidelity.flags import SILENT_FAILURE_FLOOR
     # the weakest attack at or above the floor silent_failure assumes of a working attack
     working = rate[(rate >= SILENT_FAILURE_FLOOR)
-                   & rate.index.map(lambda k: all(R.has(rn.Job(*k, b)) for b in rn.BASE_MODELS))]
+                   & rate.index.map(lambda k: all(R.has(rn.Job(*k, b)) for b in R.base_models))]
     weakest = tuple(working.sort_values().index[0])
     strongest = {norm: tuple(g.sort_values().index[-1]) for norm, g in
                  rate[rate.index.map(lambda k: c.loc[(c["implementation"] == k[0]), "kind"].iat[0] == "minimal")]
@@ -84,7 +95,7 @@ def pools(path: str = str(rn.CORPUS)) -> dict:
     fixed = c[(c["twin"] == "") & (c["kind"] == "fixed")]
     fixed_pool = sorted({(i, n) for i, n in zip(fixed["implementation"], fixed["norm"])
                          if (i, n) not in rn.KNOWN_DEFECTS["eps_unused"]
-                         and all(R.has(rn.Job(i, n, b)) for b in rn.BASE_MODELS)})
+                         and all(R.has(rn.Job(i, n, b)) for b in R.base_models)})
     split = m["split"].loc[~m["split"]["known"].to_numpy(bool) & ~m["split"]["randomised"].to_numpy(bool)]
     split = split.loc[np.array([all(R.has(rn.Job(i, n, b + "~split")) for b in SPLIT_MODELS)
                             for i, n in zip(split["implementation"], split["norm"])], dtype=bool)]
@@ -152,9 +163,9 @@ def pair_checks(rng: np.random.Generator, n: int, m: int, worst: bool = False, p
     """One repetition of the seed-twin pair: trust exclusion, direction, gap, audit (nulls), tied
     (power) and, with ``power``, the twin 20% farther (trust exclusion power, tied false positive)."""
     from attackaudit.fidelity.flags import optimality_gap
-    R, P = resampler(), pools()
+    R, P = _scope()
     impl, norm = P["seed_worst"] if worst else P["seed"][rng.integers(len(P["seed"]))]
-    models = rn.draw_models(rng, m)
+    models = rn.draw_models(rng, m, R.base_models)
     images = _images(R, rng, n, [rn.Job(impl, norm, b + s) for b in models for s in ("", "~seed")])
     a, b = _pair_table(R, impl, norm, models, images)
     t = pd.concat([a, b], ignore_index=True)
@@ -180,12 +191,14 @@ def report_checks(rng: np.random.Generator, n: int, m: int) -> dict:
     attacks, silent_failure on the weakest working one, eps_unused and out_of_ball on a sound
     fixed-ε attack drawn per repetition, class-conditional label_bug on all of them."""
     from attackaudit.fidelity import flags
-    R, P = resampler(), pools()
-    models = rn.draw_models(rng, m)
+    R, P = _scope()
+    models = rn.draw_models(rng, m, R.base_models)
     fixed = P["fixed"][rng.integers(len(P["fixed"]))]
     roles = {"last_not_best fixed": P["not_best_worst"].get("fixed"),
              "last_not_best minimal": P["not_best_worst"].get("minimal"),
              "silent_failure": P["weakest"], "fixed": fixed}
+    # a pool measured on another part of the corpus (held-out runs) may name a spec this part lacks
+    roles = {k: v if v is not None and all(R.has(rn.Job(*v, b)) for b in models) else None for k, v in roles.items()}
     chosen = {k: v for k, v in roles.items() if v is not None}
     siblings = {P["strongest"][norm] for _, norm in chosen.values() if norm in P["strongest"]}
     impls = sorted(set(chosen.values()) | siblings)
@@ -196,9 +209,10 @@ def report_checks(rng: np.random.Generator, n: int, m: int) -> dict:
            if roles["last_not_best fixed"] else None,
            "last_not_best minimal": _fired(found, "last_not_best", *roles["last_not_best minimal"])
            if roles["last_not_best minimal"] else None,
-           "silent_failure weakest": _fired(found, "silent_failure", *P["weakest"]),
-           "eps_unused": _fired(found, "eps_unused", *fixed),
-           "out_of_ball": _fired(found, "out_of_ball", *fixed)}
+           "silent_failure weakest": _fired(found, "silent_failure", *roles["silent_failure"])
+           if roles["silent_failure"] else None,
+           "eps_unused": _fired(found, "eps_unused", *fixed) if roles["fixed"] else None,
+           "out_of_ball": _fired(found, "out_of_ball", *fixed) if roles["fixed"] else None}
     label = found[(found["flag"] == "label_bug") & (found["model"] == "*")]
     out["label_bug (class)"] = bool(len(label))
     return out
@@ -242,7 +256,7 @@ def twin_checks(rng: np.random.Generator, n: int, m: int, kind: str = "split") -
     deterministic attack (drawn, and the most-differing sound one) and of a randomised one beside
     its seed twin (``shift``)."""
     from attackaudit.fidelity import flags
-    R, P = resampler(), pools()
+    R, P = _scope()
     if kind == "split":
         roles = {"batch_dependence": _draw(rng, P["split"]), "batch_dependence worst": P["split_worst"]}
     elif kind == "batch":
@@ -259,7 +273,8 @@ def twin_checks(rng: np.random.Generator, n: int, m: int, kind: str = "split") -
                 # the seed twin where the corpus has one, as --metamorphic gives it (module docstring)
                 jobs += [rn.Job(*v, b + s) for s in ("", f"~{kind}", "~seed") if R.has(rn.Job(*v, b + s))]
         else:
-            jobs += [rn.Job(*v, SHIFT_MODEL + s) for s in ("", "~shift") + (("~seed",) if key.endswith("seeds") else ())]
+            jobs += [rn.Job(*v, SHIFT_MODEL + s) for s in ("", "~shift") + (("~seed",) if key.endswith("seeds") else ())
+                     if R.has(rn.Job(*v, SHIFT_MODEL + s))]
     jobs = list(dict.fromkeys(jobs))
     if not jobs:  # a corpus without twins
         return {key: None for key in roles}
@@ -323,10 +338,22 @@ def _run_group(group: str, rng: np.random.Generator, n: int, m: int, power: bool
 
 
 def calibrate_real(reps: int, images: list[int], n_models: list[int], seed: int = 0,
-                   groups: tuple[str, ...] = tuple(NAMES), power: bool = True) -> pd.DataFrame:
+                   groups: tuple[str, ...] = tuple(NAMES), power: bool = True, part: str | None = None
+                   ) -> pd.DataFrame:
     """One row per (rule, scenario, images, models) of real noise: ``fired`` of ``reps``
     repetitions where the null (or defect) was present (``evaluated``), and their ``rate``.
-    ``groups``: keys of ``NAMES`` or ``ALIASES``."""
+    ``groups``: keys of ``NAMES`` or ``ALIASES``. ``part``: draw from one part of the corpus
+    (``real_noise.part``: "held-out", "held-out model"), with the pools and worst specs measured on
+    the "threshold" part; a cell the part cannot hold (no twin of the held-out model) is absent."""
+    SCOPE.update(draw=part, pools=None if part is None else "threshold")
+    try:
+        return _calibrate(reps, images, n_models, seed, groups, power)
+    finally:
+        SCOPE.update(draw=None, pools=None)
+
+
+def _calibrate(reps: int, images: list[int], n_models: list[int], seed: int, groups: tuple[str, ...],
+               power: bool) -> pd.DataFrame:
     groups = tuple(dict.fromkeys(g for name in groups for g in ALIASES.get(name, (name,))))
     rows = []
     for n in images:

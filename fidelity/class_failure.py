@@ -13,9 +13,9 @@ of the percentile of their distance among the model's images (a failure is the h
 that the attack fails image i is estimated from the images of the *other* classes at least as
 hard as i (their failure rate, with a half-count so that few comparable images do not give 0);
 the chance that it fails every image of class c is the product over c's images. Holm over the
-classes tested gives one p-value per implementation and norm, and the rule's p-values are
-Benjamini–Hochberg adjusted over every implementation the report judges: q < ``ALPHA`` and budget
-left on the failures (an attack out of queries is weak there, not confused) make a ``label_bug``.
+classes tested gives one p-value per implementation and norm, never adjusted over the other
+implementations of the report (q = p): q < ``ALPHA`` and budget left on the failures (an attack out
+of queries is weak there, not confused) make a ``label_bug``.
 A class failed entirely that difficulty explains is a note (``class_notes``), not a flag.
 """
 from __future__ import annotations

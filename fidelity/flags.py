@@ -117,7 +117,7 @@ def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _last_not_best(g: pd.DataFrame) -> dict | None:
-    """The job's ``last_not_best`` test, before the report-wide adjustment: among the ``ok``
+    """The job's ``last_not_best`` test, before the adjustment over the implementation's own jobs: among the ``ok``
     images it broke, those whose returned output is worse than the tracked best by more than
     ``LAST_NOT_BEST_RTOL`` (or not adversarial at all), against a binomial with the null rate of
     the attack's kind. None when the job broke nothing it could be judged on."""
@@ -199,7 +199,8 @@ def _anywhere(rows: pd.DataFrame) -> dict:
 
 def _per_job(rows: pd.DataFrame) -> list[dict]:
     """``rows``: prepared rows with ``d_star`` and ``live``. The facts of each job's own rows, and
-    ``last_not_best``, a test per job, Benjamini–Hochberg adjusted over every job it judges."""
+    ``last_not_best``, a test per job, Benjamini–Hochberg adjusted over the implementation's own jobs
+    (never over the report: fidelity/README.md, "Report-wide false flags")."""
     out, tested, anywhere = [], [], _anywhere(rows)
     for key, g in rows.groupby(JOB_KEY, sort=True):
         for flag, evidence in _status_flags(g) + _effort(g, anywhere):
@@ -307,7 +308,7 @@ def _optimality_gap(t: pd.DataFrame) -> list[dict]:
 
 
 def optimality_gap(table: pd.DataFrame) -> list[dict]:
-    """The ``optimality_gap`` findings alone (with their report-wide BH), for a raw table."""
+    """The ``optimality_gap`` findings alone (BH over each implementation's own models), for a raw table."""
     return _optimality_gap(without_twins(prepare(table)))
 
 
