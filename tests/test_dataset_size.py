@@ -29,7 +29,7 @@ def _members(decision: str) -> list[dict]:
     return [{"implementation": "a/pgd", "answer": "", "images_to_decide": None},
             {"implementation": "b/pgd", "answer": "inconclusive", "images_to_decide": 1220.0, "decision": decision},
             {"implementation": "c/pgd", "answer": "inconclusive", "images_to_decide": 300.0,
-             "decision": "rerun with --samples 300 (80% power)"}]
+             "decision": "rerun with --samples 300 (planned for 80% power)"}]
 
 
 def test_the_trust_cell_and_the_first_screen_use_the_deciding_member_s_words():

@@ -415,11 +415,12 @@ MIN_SE = 0.01   # the floor of the per-image standard error: what identical log 
 
 
 def _normal_size(est, n, alpha_each, power, share=1.0, sd=MIN_SE):
-    """The planned size by hand (module docstring): the one-sided 80% bound of the estimate as the
-    truth, the normal approximation of the test at that truth, never under the fewest images the
-    exact signed-rank test needs; ``alpha_each`` is the level the distance test is run at."""
+    """The planned size by hand (module docstring): the one-sided ``PLAN_CONFIDENCE`` bound of the
+    estimate as the truth (0.3: past the estimate, away from the margin), the normal approximation
+    of the test at that truth, never under the fewest images the exact signed-rank test needs;
+    ``alpha_each`` is the level the distance test is run at."""
     se = sd / math.sqrt(n)
-    z80 = Z.inv_cdf(0.8)
+    z80 = Z.inv_cdf(sample_size.PLAN_CONFIDENCE)
     if abs(est) > DELTA:
         gap, z_a = abs(est) - z80 * se - DELTA, Z.inv_cdf(1 - alpha_each / 2)
     else:
@@ -460,11 +461,12 @@ def test_distance_images_is_infinite_without_images_or_when_the_bound_reaches_th
         warnings.simplefilter("error")
         assert sample_size.distance_images(np.zeros(0), 1.0, 0.05) == INF
         assert sample_size.distance_images(np.full(10, 0.3), 0.0, 0.05) == INF
-    # the bound crosses the margin: beyond by 0.0005, bound 0.00084 below the estimate
-    assert sample_size.distance_images(np.full(100, DELTA + 0.0005), 1.0, 0.05) == INF
-    assert sample_size.distance_images(np.full(100, DELTA - 0.0005), 1.0, 0.05) == INF
-    assert sample_size.distance_images(np.full(100, DELTA), 1.0, 0.05) == INF
-    # a larger margin (delta) turns the last one into a plan
+    # an estimate at or next to the margin: the planned truth lies 0.52 standard errors past it,
+    # away from the margin, so there is a size (a conservative bound reached the margin: "inf")
+    for est in (DELTA + 0.0005, DELTA - 0.0005, DELTA):
+        size = sample_size.distance_images(np.full(100, est), 1.0, 0.05)
+        assert np.isfinite(size) and size == _normal_size(est, 100, 0.05, 0.8)
+    # a larger margin (delta): far inside, the fewest images of the exact test
     assert sample_size.distance_images(np.full(100, DELTA), 1.0, 0.05, delta=0.1) == 6.0
 
 
@@ -486,14 +488,14 @@ def test_hl_standard_error_per_image_of_two_values_and_of_a_normal_sample():
 
 def test_distance_images_on_a_noisy_sample_reaches_its_power_in_a_seeded_simulation():
     """Plan from 30 noisy log ratios (θ 0.15, sd 0.1), then simulate reruns of that size at the
-    planned truth (the 80% bound of θ̂): the exact signed-rank test beyond the margin at α/2 = 2.5%
-    rejects in about 80% of them."""
+    planned truth (the ``PLAN_CONFIDENCE`` bound of θ̂): the exact signed-rank test beyond the
+    margin at α/2 = 2.5% rejects in about 80% of them."""
     from scipy import stats
     r = np.random.default_rng(5).normal(0.15, 0.1, 30)
     size = sample_size.distance_images(r, 1.0, 0.05)
-    assert 8 <= size <= 30
+    assert 6 <= size <= 30
     sd = sample_size._hl_se(r)
-    truth = sample_size.hodges_lehmann(r) - Z.inv_cdf(0.8) * sd / math.sqrt(r.size)
+    truth = sample_size.hodges_lehmann(r) - Z.inv_cdf(sample_size.PLAN_CONFIDENCE) * sd / math.sqrt(r.size)
     rng = np.random.default_rng(6)
     hits = [stats.wilcoxon(rng.normal(truth, sd, int(size)) - DELTA, alternative="greater").pvalue < 0.025
             for _ in range(300)]
@@ -504,25 +506,26 @@ def _values(fa, fb, r):
     return np.vstack([np.asarray(fa, float), np.asarray(fb, float), np.asarray(r, float)])
 
 
-def test_images_to_decide_leaning_equivalent_takes_the_larger_endpoint_at_cube_root_power():
-    # three endpoints (share, failure, distance) must all be shown: each at power^(1/3)
+def test_images_to_decide_leaning_equivalent_takes_the_larger_endpoint_at_the_power():
+    # three endpoints (share, failure, distance) must all be shown: each at the power (they move
+    # together); with no discordant image the share and failure sizes are where none shows it: 52
     from attackaudit.fidelity import paired_binary
-    n, each = 100, 0.8 ** (1 / 3)
+    n, each = 100, 0.8
     zeros = np.zeros(n)
-    fail = paired_binary.images_needed(zeros, zeros, 0.05, each)
-    assert fail == 184.0
-    # distance endpoint far inside: the failure endpoint decides
-    assert sample_size.images_to_decide(_values(zeros, zeros, np.zeros(n)), 0.05) == fail
+    fail = paired_binary.images_needed(zeros, zeros, 0.05, each, confidence=sample_size.PLAN_CONFIDENCE)
+    assert fail == 52.0
+    # distance endpoint far inside: the failure endpoint's size, under the images at hand: one more
+    assert sample_size.images_to_decide(_values(zeros, zeros, np.zeros(n)), 0.05) == max(fail, n + 1)
     # distance endpoint near its margin: it decides
     near = _normal_size(0.047, n, 0.05, each)
     assert near > fail
     assert sample_size.images_to_decide(_values(zeros, zeros, np.full(n, 0.047)), 0.05) == near
     # power and level are passed on
     assert sample_size.images_to_decide(_values(zeros, zeros, np.full(n, 0.047)), 0.01, power=0.9) == \
-        _normal_size(0.047, n, 0.01, 0.9 ** (1 / 3))
+        _normal_size(0.047, n, 0.01, 0.9)
     # a wider failure margin: the failure endpoint needs fewer, and the share endpoint's 5 points decide
     assert sample_size.images_to_decide(_values(zeros, zeros, np.zeros(n)), 0.05, margin=0.1) == \
-        max(paired_binary.images_needed(zeros, zeros, 0.05, each, 0.05), n + 1)
+        max(paired_binary.images_needed(zeros, zeros, 0.05, each, 0.05, sample_size.PLAN_CONFIDENCE), n + 1)
     # a wider distance margin
     assert sample_size.images_to_decide(_values(zeros, zeros, np.full(n, 0.047)), 0.05, delta=0.048) == \
         sample_size.distance_images(np.full(n, 0.047), 1.0, 0.05, 0.048, each)
@@ -538,8 +541,9 @@ def test_images_to_decide_leaning_different_takes_the_smaller_endpoint_at_its_we
     fb = np.zeros(n)
     r = np.where(fa > 0, np.nan, DELTA + 0.005)    # and is 5.5% farther where both broke
     both = r[np.isfinite(r)]
-    share = paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8)     # the failed images are the worse ones
-    fail = paired_binary.images_needed(fa, fb, 0.05 * 0.1, 0.8)
+    conf = sample_size.PLAN_CONFIDENCE
+    share = paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8, confidence=conf)  # the failed images are the worse
+    fail = paired_binary.images_needed(fa, fb, 0.05 * 0.1, 0.8, confidence=conf)
     dist = _normal_size(DELTA + 0.005, both.size, 0.05 * 0.3, 0.8, both.size / n)
     assert np.isfinite(share) and np.isfinite(dist) and share < fail and share != dist
     assert sample_size.images_to_decide(_values(fa, fb, r), 0.05) == max(min(share, fail, dist), n + 1)
@@ -547,10 +551,10 @@ def test_images_to_decide_leaning_different_takes_the_smaller_endpoint_at_its_we
     r_in = np.where(fa > 0, np.nan, 0.0)
     assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05) == max(share, n + 1)
     assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05, power=0.95) == \
-        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.95), n + 1)
+        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.95, confidence=conf), n + 1)
     # a failure margin of 10 points: the share endpoint (the same failures, its own 5 points) decides
     assert sample_size.images_to_decide(_values(fa, fb, r_in), 0.05, margin=0.1) == \
-        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8, 0.05), n + 1)
+        max(paired_binary.images_needed(fa, fb, 0.05 * 0.6, 0.8, 0.05, conf), n + 1)
     # only the distance endpoint beyond its margin
     same = np.zeros(n)
     r_all = np.full(n, DELTA + 0.005)
@@ -567,8 +571,10 @@ def test_images_to_decide_edges_and_the_floor_of_one_more_image():
     fa[0] = 1.0
     r = np.where(fa > 0, np.nan, 0.0)
     from attackaudit.fidelity import paired_binary
-    inside = max(paired_binary.images_needed(fa, zeros, 0.05, 0.8 ** (1 / 3)),
-                 sample_size.distance_images(r[1:], 19 / 20, 0.05, DELTA, 0.8 ** (1 / 3)))
+    conf = sample_size.PLAN_CONFIDENCE
+    inside = max(paired_binary.images_needed(fa, zeros, 0.05, 0.8, confidence=conf),
+                 paired_binary.images_needed(fa, zeros, 0.05, 0.8, confidence=conf),
+                 sample_size.distance_images(r[1:], 19 / 20, 0.05, DELTA, 0.8))
     assert sample_size.images_to_decide(_values(fa, zeros, r), 0.05) == (max(inside, 21) if np.isfinite(inside) else INF)
     # a plan smaller than the images at hand: one more than it has
     many = 200
@@ -576,19 +582,20 @@ def test_images_to_decide_edges_and_the_floor_of_one_more_image():
     # no image with a comparison, or one image
     assert sample_size.images_to_decide(np.full((3, 4), np.nan), 0.05) == INF
     assert sample_size.images_to_decide(_values([0.0], [0.0], [0.0]), 0.05) == \
-        max(paired_binary.images_needed(np.zeros(1), np.zeros(1), 0.05, 0.8 ** (1 / 3)), 2)
-    # a distance endpoint whose bound reaches the margin: no size
-    assert sample_size.images_to_decide(_values(np.zeros(100), np.zeros(100), np.full(100, DELTA - 0.0005)), 0.05) == INF
+        max(paired_binary.images_needed(np.zeros(1), np.zeros(1), 0.05, 0.8, confidence=conf), 2)
+    # a distance endpoint just inside its margin: a size (the planned truth lies past the estimate)
+    just = sample_size.images_to_decide(_values(np.zeros(100), np.zeros(100), np.full(100, DELTA - 0.0005)), 0.05)
+    assert just == sample_size.distance_images(np.full(100, DELTA - 0.0005), 1.0, 0.05, DELTA, 0.8) > 100
 
 
 def test_decision_text_in_the_callers_words():
     assert sample_size.decision_text(INF, 100) == "more images would not decide it at the effect the data allow"
     assert sample_size.decision_text(INF, None, "api") == "more images would not decide it at the effect the data allow"
     assert sample_size.decision_text(120.0, 100) == "cannot be decided on this dataset (needs ≈120 images, it has 100)"
-    assert sample_size.decision_text(100.0, 100) == "rerun with --samples 100 (80% power)"
-    assert sample_size.decision_text(100.0, 100, "api") == "rerun with samples=100 (80% power)"
-    assert sample_size.decision_text(5000.0, None) == "rerun with --samples 5000 (80% power)"
-    assert sample_size.decision_text(64.0, None, style="cli") == "rerun with --samples 64 (80% power)"
+    assert sample_size.decision_text(100.0, 100) == "rerun with --samples 100 (planned for 80% power)"
+    assert sample_size.decision_text(100.0, 100, "api") == "rerun with samples=100 (planned for 80% power)"
+    assert sample_size.decision_text(5000.0, None) == "rerun with --samples 5000 (planned for 80% power)"
+    assert sample_size.decision_text(64.0, None, style="cli") == "rerun with --samples 64 (planned for 80% power)"
 
 
 # ================================================================ known_defects

@@ -370,7 +370,7 @@ def _check_inconclusive(r, spelling):
     assert m["p_different"] == pytest.approx(min(1.0, share_p * 0.9 / 0.6)) and share_p > 0.05
     assert m["p_adjusted"] == m["p_equivalent"] and m["p_equivalent"] > 0.05
     assert m["optimality"] == 13 * 0.5 / (0.5 - BASE).sum() or m["optimality"] < 1
-    decision = f"rerun with {spelling}{int(need)} (80% power)"
+    decision = f"rerun with {spelling}{int(need)} (planned for 80% power)"
     assert m["decision"] == decision
     assert r.summary == (
         f"inconclusive: e/x, f/y; {decision}. f/y vs e/x: neither shown different "

@@ -139,7 +139,8 @@ def planned_images(x10, x01, n, alpha, power=0.8, margin=FAILURE_MARGIN):
     """The documented planning rule, from the counts: the truth planned for is the one-sided 80%
     confidence bound of |Δ| nearer the margin (beyond it) or farther from 0 (inside), the
     discordance rate its 80% upper bound (exact, 1 − 0.2^(1/n), at zero discordant images); the
-    images are those of the score test at that truth: (z_α σ₀ + z_β σ₁)² / (Δ − m)²."""
+    images are those of the score test at that truth: (z_α σ₀ + z_β σ₁)² / (Δ − m)²; with no
+    discordant image at all, the size at which none shows equivalence."""
     diff, disc = (x10 - x01) / n, (x10 + x01) / n
     z80 = stats.norm.ppf(0.8)
     se = math.sqrt(max(disc - diff ** 2, 0.0) / n)
@@ -152,6 +153,8 @@ def planned_images(x10, x01, n, alpha, power=0.8, margin=FAILURE_MARGIN):
         s0 = math.sqrt(max(disc_hi, margin) - margin ** 2)
         s1 = math.sqrt(max(disc_hi - truth ** 2, 1e-12))
         return math.ceil((stats.norm.ppf(1 - alpha / 2) * s0 + z_beta * s1) ** 2 / (truth - margin) ** 2)
+    if x10 + x01 == 0:  # no discordant image: where none shows equivalence, z²(1 − m)/m
+        return math.ceil(stats.norm.ppf(1 - alpha) ** 2 * (1 - margin) / margin)
     truth = abs(diff) + z80 * se
     if truth >= margin:
         return math.inf
@@ -346,12 +349,12 @@ def test_an_inconclusive_verdict_by_model_projects_images_at_the_adjusted_level(
         need = images_to_decide(x, ALPHA / 2)
         assert math.isfinite(need) and need != images_to_decide(x, ALPHA)
         assert d.loc[m, "images_to_decide"] == need
-        assert d.loc[m, "reason"].endswith(f": rerun with --samples {int(need)} (80% power))")
+        assert d.loc[m, "reason"].endswith(f": rerun with --samples {int(need)} (planned for 80% power))")
     # in the API's words, and against the dataset's size (a dataset of exactly that many images is enough)
     need1 = int(d.loc["m1", "images_to_decide"])
     no_flags = {"flags_a": flag_rows(), "flags_b": flag_rows()}
     api = diff(a, b, by_model=True, style="api", dataset_images=need1, **no_flags).set_index("model")
-    assert api.loc["m1", "reason"].endswith(f": rerun with samples={need1} (80% power))")
+    assert api.loc["m1", "reason"].endswith(f": rerun with samples={need1} (planned for 80% power))")
     small = diff(a, b, by_model=True, dataset_images=need1 - 1, **no_flags).set_index("model")
     assert small.loc["m1", "reason"].endswith(
         f": cannot be decided on this dataset (needs ≈{need1} images, it has {need1 - 1}))")

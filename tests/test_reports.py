@@ -405,14 +405,14 @@ def test_inconclusive_trust_cell_names_the_images_that_would_decide():
     r = data.recommend.iloc[0]
     assert r["verdict"] == "inconclusive" and np.isfinite(r["images_to_decide"]) and r["images_to_decide"] > 12
     cell = recommendation_rows(data)["trust"].iloc[0]
-    assert cell == f"inconclusive: adv_lib/apgd, foolbox/LinfPGD; rerun with --samples {r['images_to_decide']:.0f} (80% power)"
+    assert cell == f"inconclusive: adv_lib/apgd, foolbox/LinfPGD; rerun with --samples {r['images_to_decide']:.0f} (planned for 80% power)"
     found = answers(data)[0]
     assert found.verdict == "inconclusive" and found.members[1].answer == "inconclusive"
     # as the reader sees it: in a few words on the first screen, the whole sentence in its title
     page = answer_section(data, [found])
     shown = re.sub(r"<[^>]+>", "", page)
     assert f"rerun: --samples {r['images_to_decide']:.0f}" in shown
-    assert f'title="rerun with --samples {r["images_to_decide"]:.0f} (80% power)"' in page
+    assert f'title="rerun with --samples {r["images_to_decide"]:.0f} (planned for 80% power)"' in page
     # the pair row says the same in its own words
     pooled = data.pairs.iloc[0]
     assert pooled["answer"] == "inconclusive" and "statistic" not in data.pairs.columns
