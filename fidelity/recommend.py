@@ -368,6 +368,8 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
             "n_both": res["n_both"], "result": res,
             "decision": decision_text(need, dataset_images, style) if need is not None else (
                 MIXED_DECISION if word == "mixed" else "")})
+    # the other members in the order of the ξ every view shows (the top pick stays first)
+    members[1:] = sorted(members[1:], key=lambda m: -m["optimality"])
     top_share, top_in_set = _stability(xi_boot, idx, tests, pairs, cands, top, alpha)
     if len(cands) == 1:
         verdict = "only implementation"

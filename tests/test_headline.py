@@ -137,3 +137,14 @@ def test_share_rows_follow_the_plain_rule_and_swapping_mirrors_the_headline(a, b
     assert mirror["headline"] == MIRROR[res["headline"]]
     assert mirror["p_different"] == pytest.approx(res["p_different"])
     assert mirror["p_equivalent"] == pytest.approx(res["p_equivalent"])
+
+
+def test_trust_set_members_after_the_top_pick_are_listed_by_the_xi_every_view_shows(seed_pair):
+    """Issue 51: the first screen listed pgd·linf's members out of ξ order (cost broke ξ-tier ties);
+    the top pick stays first, the others follow by ξ."""
+    base, _ = seed_pair
+    jobs = [job_rows("m", f"{lib}/pgd", "linf", base * f, family="pgd", forwards=q)
+            for lib, f, q in (("a", 1.0, 900), ("b", 1.004, 100), ("c", 1.001, 500), ("d", 1.002, 50))]
+    r = recommend(table(*jobs), None, n_boot=20).iloc[0]
+    xi = [m["optimality"] for m in r.trust_set[1:]]
+    assert len(r.trust_set) == 4 and xi == sorted(xi, reverse=True)
