@@ -100,9 +100,10 @@ COMPARE = {
     "out": (lambda m, x, y: "other", "config"),
     "progress": (lambda m, x, y: False, "config"),
     "retry": (lambda m, x, y: "crashed", "config"),
+    "name": (lambda m, x, y: "mynet", "config"),
 }
 #: the config field each config-level argument sets
-CONFIG_FIELD = {"timeout_s": "timeout_s", "out": "out", "progress": "quiet", "retry": "retry"}
+CONFIG_FIELD = {"timeout_s": "timeout_s", "out": "out", "progress": "quiet", "retry": "retry", "name": "model_names"}
 
 
 def test_the_table_names_every_argument_of_compare():
