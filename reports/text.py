@@ -372,8 +372,10 @@ EXPLAIN_ALIGNMENT = ("Families that more than one implementation ran, side by si
                      "estimate says which one is closer; win counts are shown, never used for direction.")
 EXPLAIN_FLAGS = ("Each flag is a finding about one implementation on one model and norm, with the evidence that "
                  "triggered it. Every flag but " + _WEAK_NAMES + " (a weakness: the implementation is weaker, still "
-                 "trusted) marks a defect: such an implementation is flagged and never trusted. The rules that are tests control their error rate across the report "
-                 "(Benjamini–Hochberg); twin-based flags are judged against the attack's own seed noise.")
+                 "trusted) marks a defect: such an implementation is flagged and never trusted. The rules that are tests bound the error rate "
+                 "of each implementation (Benjamini–Hochberg over its own models), not of the report: the more "
+                 "implementations a report judges, the likelier a false flag somewhere in it (docs/statistics.md). "
+                 "Twin-based flags are judged against the attack's own seed noise.")
 EXPLAIN_CRASHES = ("Jobs that crashed, timed out or returned invalid output, with the one-line cause (the full "
                    "traceback is in the run's logs/). What the tracker saw before a crash still counts.")
 EXPLAIN_EVIDENCE = ("What each answer above rests on: the trusted implementations' robustness curves against the "
