@@ -281,8 +281,11 @@ def test_long_synthetic_nulls(models):
 import held_out  # noqa: E402
 
 #: held-out cells the rules are known to fail (fidelity/README.md, "Held-out calibration"): stored
-#: and shown, not asserted, so that the day a rule or a null changes the list must shrink
-HELD_OUT_OPEN: set[tuple[str, str, str]] = set()
+#: and shown, checked to fail still, so that the day a rule or a null changes the list must shrink.
+#: ART's ElasticNet L1 (the threshold part's worst sound minimal attack) returns worse than its best
+#: on about a tenth of digits-mlp's images, above the minimal attacks' 5% null: 10 of 100 at 64
+#: held-out images
+HELD_OUT_OPEN: set[tuple[str, str, str, int]] = {("held-out", "last_not_best", "real minimal, worst", 64)}
 
 
 def test_held_out_split_is_a_fixed_hash_disjoint_and_covers_the_corpus():
@@ -321,6 +324,9 @@ def test_stored_held_out_rates_are_under_the_bound():
                 "optimality_gap"} <= rules, part
     assert {"batch_dependence", "shift_sensitivity"} <= set(t.loc[t["part"] == "held-out", "rule"])
     for r in t.itertuples(index=False):
-        if (r.rule, r.scenario) in real_nulls.POWER or (r.part, r.rule, r.scenario) in HELD_OUT_OPEN:
+        if (r.rule, r.scenario) in real_nulls.POWER:
+            continue
+        if (r.part, r.rule, r.scenario, r.images) in HELD_OUT_OPEN:
+            assert above_alpha(int(r.fired), int(r.evaluated)), f"{r} passes now: take it off HELD_OUT_OPEN"
             continue
         assert r.evaluated >= 50 and not above_alpha(int(r.fired), int(r.evaluated)), r
