@@ -37,6 +37,7 @@ from attackaudit.results.schema import DEFECT_COLUMNS
 from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
 from .sample_size import images_to_decide
 from .equivalence import DELTA, answer, compare, log_ratios, pair_values
+from .headline import SHARE_DELTA
 from .evidence_text import shown_text
 from .sample_size import decision_text
 from . import eps_use
@@ -128,8 +129,9 @@ IDENTICAL_RTOL = 1e-6
 MARGIN_ATOL = 1e-6
 
 
-def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame) -> dict:
-    """The implementation's own rows in both runs (``prepare``d rows of one implementation and
+def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame, share_delta: float = SHARE_DELTA) -> dict:
+    """``share_delta``: the share endpoint's per-image threshold (a wider materiality margin widens it).
+    The implementation's own rows in both runs (``prepare``d rows of one implementation and
     norm, maybe one model): ``identical``, the per-image log ratios new/old on the images that ran
     in both (``x``), and ξ before/after on those images against the implementation's own two runs
     (so that no sibling moves it)."""
@@ -146,7 +148,7 @@ def _own_rows(part_a: pd.DataFrame, part_b: pd.DataFrame) -> dict:
         old, new = (grid[c].to_numpy(float) for c in ("best_distance_a", "best_distance_b"))
         # an image at 0 in both runs (misclassified clean) needed no attack
         live = ~np.isnan(old) & ~np.isnan(new) & ~((old == 0) & (new == 0))
-        x = pair_values(new, old, live)
+        x = pair_values(new, old, live, share_delta=share_delta)
     else:
         x = np.zeros((3, 0))
     xi_a, xi_b = [], []
@@ -255,7 +257,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     ``p_adjusted`` is Holm's over the implementation's own tests only (its models with
     ``by_model``), so that its verdict never depends on how many others the audit holds. Flags are ``flags`` of
     each table unless given. ``min_delta``: the materiality margin δ of a performance change, as a
-    relative per-image difference (None: ``equivalence.DELTA``, 5%); an implementation's change is
+    relative per-image difference (None: ``equivalence.DELTA``, 5%; it widens the share endpoint's 25% when wider); an implementation's change is
     *different* only beyond it and *equivalent* only inside it.
     """
     if min_delta is not None and not (np.isfinite(min_delta) and min_delta > 0):
@@ -291,7 +293,8 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
         fb = fsets["b"].get(fkey, set()) | fsets["b"].get(every, set())
         own = {"identical": False, "x": np.zeros((3, 0)), "n_ran": 0, "n_rows": 0, "own_xi": (np.nan, np.nan)}
         if len(present) == 2:
-            own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")))
+            own = _own_rows(*(rows_of[(s, *key)].pipe(lambda g: g[g["model"].isin(shared)]) for s in ("a", "b")),
+                            share_delta=max(SHARE_DELTA, delta))
             own["identical"] = own["identical"] and _same_results(
                 with_twins["a"][(norm, impl)], with_twins["b"][(norm, impl)], shared)
         res = compare(own["x"], delta)

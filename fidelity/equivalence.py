@@ -57,7 +57,7 @@ COMPARE_FIELDS = ["n_images", "n_both", "n_neither", "fail_a", "fail_b", "broke_
                   "p_mcnemar", "p_failure_different", "p_failure_equivalent", "wins_a", "wins_b", "ties",
                   "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
                   "p_distance_different", "p_distance_equivalent", "lead_a", "lead_b", "crossing", "integer",
-                  "n_informative", "worse_a", "worse_b", "share_estimate", "p_share_different",
+                  "n_informative", "share_discordant", "worse_a", "worse_b", "share_estimate", "p_share_different",
                   "p_share_equivalent", "headline", "lean", "p_different", "p_equivalent", "direction", "mixed"]
 
 

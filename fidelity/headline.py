@@ -117,7 +117,8 @@ def share_tests(worse_a: np.ndarray, worse_b: np.ndarray, margin: float = SHARE_
     shares), ``share_estimate`` (Δs, + when ``a`` is worse), ``p_share_different`` (beyond the margin,
     two-sided level, never below the exact McNemar p), ``p_share_equivalent`` (TOST)."""
     wa, wb = np.asarray(worse_a, dtype=float), np.asarray(worse_b, dtype=float)
-    return {"n_informative": int(wa.size), "worse_a": float(wa.mean()) if wa.size else 0.0,
+    return {"n_informative": int(wa.size), "share_discordant": int((wa != wb).sum()),
+            "worse_a": float(wa.mean()) if wa.size else 0.0,
             "worse_b": float(wb.mean()) if wb.size else 0.0,
             "share_estimate": paired_binary.estimate(wa, wb),
             # the score test is asymptotic: never below the exact sign test of Δs = 0 on the same
@@ -132,6 +133,12 @@ def _lean(estimate: float, margin: float, p_different: float, alpha: float) -> i
     if abs(estimate) > margin and not p_different < alpha:
         return int(np.sign(estimate))
     return 0
+
+
+def share_reachable(k: int, n: int, margin: float = SHARE_MARGIN, alpha: float = 0.05) -> bool:
+    """Whether the share endpoint could reach ``alpha`` from its ``k`` discordant images of ``n``
+    (all of them one way; its p is never below the exact sign test's): Tarone's check."""
+    return bool(k) and max(float(paired_binary.smallest_beyond_p(k, n, margin)), min(1.0, 2 * 0.5 ** k)) < alpha
 
 
 def _fewest_signed_rank(alpha: float) -> int:
@@ -153,7 +160,8 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
     none estimated) and ``mixed``.
 
     ``p_different``: weighted Bonferroni (``WEIGHTS``) over the share, failure and distance endpoints
-    (each counted only when its ancillary counts could reach α at all: Tarone), in the direction of
+    (each counted only when its ancillary counts could reach α at all: Tarone; the share endpoint
+    needs discordant images, ``share_reachable``), in the direction of
     the smallest weighted p
     (among those that agree with the curves where only one curve leads by ``share_margin``); 1 when that direction is contradicted by an endpoint leaning the other way
     unresolved or by the curves (only the other curve leads by ``share_margin``). A mixed pair
@@ -171,10 +179,13 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
     material = bool(sig["failure rate"] and sig["distance"] and sig["failure rate"] != sig["distance"]
                     and all(not np.isfinite(x) or x >= share_margin for x in leads))
     p_equivalent = float(max(res["p_share_equivalent"], res["p_failure_equivalent"], res["p_distance_equivalent"]))
-    reach = {"share": True, "failure rate": paired_binary.smallest_beyond_p(
+    reach = {"share": share_reachable(res["share_discordant"], res["n_informative"], share_margin, alpha),
+             "failure rate": paired_binary.smallest_beyond_p(
         res["broke_only_a"] + res["broke_only_b"], res["n_images"], margin) < alpha,
         "distance": res["n_both"] >= _fewest_signed_rank(alpha)}
     tests = [k for k in ests if reach[k]]
+    if not tests:  # no endpoint could show a difference at all
+        tests = ["share"]
     # the direction: the smallest p, among the tests that agree with the curve where only one leads
     lead = curve_lead(*(x if np.isfinite(x) else 0.0 for x in leads), share_margin)
     agreeing = [k for k in tests if int(np.sign(ests[k])) == lead] if lead else []

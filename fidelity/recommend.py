@@ -134,7 +134,8 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         fa, fb, r, wa, wb = (v[k][idx] for k in range(5))        # (B, n), NaN: no comparison
         seen = np.isfinite(fa) & np.isfinite(fb)
         z_f_first, z_f_second, k_f, n = paired_binary.score_pair(fa, fb, seen, FAILURE_MARGIN)
-        z_s_first, z_s_second, _, _ = paired_binary.score_pair(wa, wb, seen & ~((fa == 1) & (fb == 1)), SHARE_MARGIN)
+        z_s_first, z_s_second, k_s, n_s = paired_binary.score_pair(wa, wb, seen & ~((fa == 1) & (fb == 1)),
+                                                                   SHARE_MARGIN)
         both = np.isfinite(r)
         z_d_first = signed_rank_z(np.where(both, -r - DELTA, 0.0))  # first member smaller beyond δ
         z_d_second = signed_rank_z(np.where(both, r - DELTA, 0.0))
@@ -142,8 +143,8 @@ def _resampled_exclusions(values: list[np.ndarray], idx: np.ndarray, pairs: list
         seconds = np.stack([z_s_second, z_f_second, z_d_second])
         # Tarone (headline.decide): the failure endpoint counts only when its discordant images
         # could pass the margin at all; weighted Bonferroni over those counted (headline.WEIGHTS)
-        counted = np.stack([np.ones_like(n, bool), paired_binary.smallest_beyond_p(k_f, n, FAILURE_MARGIN) < alpha,
-                            np.ones_like(n, bool)])
+        counted = np.stack([paired_binary.smallest_beyond_p(k_s, n_s, SHARE_MARGIN) < alpha,
+                            paired_binary.smallest_beyond_p(k_f, n, FAILURE_MARGIN) < alpha, np.ones_like(n, bool)])
         w = np.where(counted, np.array([WEIGHTS["share"], WEIGHTS["failure rate"], WEIGHTS["distance"]])[:, None], 0.0)
         scaled = np.where(counted, 2 * sps.norm.sf(np.maximum(firsts, seconds)) * w.sum(0) / np.maximum(w, 1e-12), np.inf)
         at = np.argmin(scaled, axis=0)

@@ -31,7 +31,8 @@ evidence names how many images were informative. The test (a p-value per judged 
   loss can move either way with the companions' losses (foolbox's EAD in half batches: 7 images
   farther, 5 closer), and the rearranged batch leaves a long search's rounding about as it was.
 
-The p-values of one check are Benjamini–Hochberg adjusted over every job it judges in the report;
+The p-values of one check are Benjamini–Hochberg adjusted over the implementation's own twins of
+that kind (its models), a family fixed in advance, never over the report;
 a finding needs q < ``ALPHA`` (and, on the perm twin, at least two differing images). What stays
 below that but differs is named for what it is likely to be (``twin_notes``): tie-breaking by
 class index for a deterministic attack, a random choice tied to class indices (e.g. a random

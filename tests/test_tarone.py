@@ -21,7 +21,7 @@ def values(n: int, only_a_failed: int, r: float, seed: int = 0) -> np.ndarray:
 
 def _charged(c: dict) -> list[float]:
     """The weighted p-values (p over its share of α) of the endpoints the headline charges, by
-    their ancillary counts: the share always; the failure endpoint when all its discordant images
+    their ancillary counts: the share endpoint when its discordant images could pass its margin; the failure endpoint when all its discordant images
     on one side could pass the margin; the distance endpoint when its images both broke could give
     an exact signed-rank p below α."""
     from attackaudit.fidelity.paired_binary import smallest_beyond_p
@@ -31,16 +31,21 @@ def _charged(c: dict) -> list[float]:
     weights = {"share": 0.6, "failure rate": 0.1, "distance": 0.3}     # headline.WEIGHTS, written out
     ps = {"share": c["p_share_different"], "failure rate": c["p_failure_different"],
           "distance": c["p_distance_different"]}
-    charged = ["share"] + (["failure rate"] if fail_ok else []) + (["distance"] if dist_ok else [])
+    k_share, n_inf = c["share_discordant"], c["n_informative"]
+    share_ok = k_share > 0 and max(smallest_beyond_p(k_share, n_inf, 0.05), 2 * 0.5 ** k_share) < ALPHA
+    charged = (["share"] if share_ok else []) + (["failure rate"] if fail_ok else []) + (
+        ["distance"] if dist_ok else [])
+    charged = charged or ["share"]
     total = sum(weights[k] for k in charged)
     return [ps[k] * total / weights[k] for k in charged]
 
 
-def test_no_discordant_image_charges_the_share_and_distance_endpoints_only():
+def test_no_discordant_image_charges_the_distance_endpoint_alone():
+    # 8% farther on 24 images: no image beyond the share's 25%, no failure: only the distance
+    # endpoint can show anything, and it is charged alone (the planted halved PGD step's case)
     c = compare(values(24, 0, 0.08))
-    assert reachable_endpoints(np.zeros(24), np.zeros(24), 24) == (False, True)
-    assert c["p_different"] == pytest.approx(min(1.0, min(c["p_share_different"] * 0.9 / 0.6,
-                                                          c["p_distance_different"] * 0.9 / 0.3))) and c["p_different"] < ALPHA
+    assert reachable_endpoints(np.zeros(24), np.zeros(24), 24) == (False, True) and c["share_discordant"] == 0
+    assert c["p_different"] == c["p_distance_different"] < ALPHA
     assert c["headline"] == "worse"
 
 
@@ -54,8 +59,8 @@ def test_a_failure_endpoint_that_could_reach_alpha_is_charged():
 
 
 def test_too_few_images_both_broke_cannot_show_a_distance_difference():
-    # the exact signed rank's smallest two-sided p with 5 images is 2/32 > α; the share endpoint
-    # alone is charged, and 5 images 65% farther on every one do not reach α beyond its 5 points
+    # the exact signed rank's smallest two-sided p with 5 images is 2/32 > α, and so is the share
+    # endpoint's exact floor on 5 discordant images: nothing is reachable, the share's p stands
     assert reachable_endpoints(np.zeros(5), np.zeros(5), 5) == (False, False)
     c = compare(values(5, 0, 0.5))
     assert c["p_different"] == pytest.approx(min(1.0, c["p_share_different"]))
