@@ -97,7 +97,7 @@ def thresholds(c: pd.DataFrame) -> pd.DataFrame:
     beside the shipped ones: one row per threshold with the measured worst rate, its one-sided 95%
     bound, the spec it comes from and whether the shipped value is on the safe side of the bound."""
     from attackaudit.fidelity import defects, strength, twins
-    from attackaudit.fidelity.flags import LAST_NOT_BEST_NULL_RATE, SILENT_FAILURE_FLOOR
+    from attackaudit.fidelity.flags import LAST_NOT_BEST_FAMILY_NULL_RATE, LAST_NOT_BEST_NULL_RATE, SILENT_FAILURE_FLOOR
     import real_nulls
 
     why = dropped(c)
@@ -105,10 +105,14 @@ def thresholds(c: pd.DataFrame) -> pd.DataFrame:
     rows = []
     nb = rn.not_best(c)
     nb = nb[~nb["known"]]
+    own = nb["family"].astype(str).isin(LAST_NOT_BEST_FAMILY_NULL_RATE)  # families with a null of their own
     for kind in ("fixed", "minimal"):
-        rate, bound, spec, cases = _worst_rate(nb[nb["kind"] == kind], "k", "n")
+        rate, bound, spec, cases = _worst_rate(nb[(nb["kind"] == kind) & ~own], "k", "n")
         rows.append(_row(f"flags.LAST_NOT_BEST_NULL_RATE[{kind}]", LAST_NOT_BEST_NULL_RATE[kind], rate, bound,
                          ">=", spec, cases))
+    for family, null in LAST_NOT_BEST_FAMILY_NULL_RATE.items():
+        rate, bound, spec, cases = _worst_rate(nb[nb["family"].astype(str) == family], "k", "n")
+        rows.append(_row(f"flags.LAST_NOT_BEST_FAMILY_NULL_RATE[{family}]", null, rate, bound, ">=", spec, cases))
     base = c[(c["twin"] == "") & (c["status"] == "ok") & (c["best_distance"] > 0)]
     base = base[[k in ok for k in zip(base["implementation"], base["norm"])]]
     # below_expected_strength's failure arm: a sound minimal attack of a strong family, per model

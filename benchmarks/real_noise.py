@@ -166,7 +166,7 @@ def not_best(c: pd.DataFrame) -> pd.DataFrame:
     upper confidence bound; ``known`` marks the README's traced last_not_best defects."""
     b = c[(c["twin"] == "") & (c["status"] == "ok") & (c["best_distance"] > 0) & np.isfinite(c["best_distance"])]
     worse = b["returned_distance"].fillna(np.inf) > b["best_distance"] * (1 + NOT_BEST_RTOL) + 1e-9
-    g = b.assign(worse=worse).groupby(["implementation", "norm", "kind"], sort=True)["worse"]
+    g = b.assign(worse=worse).groupby(["implementation", "norm", "kind", "family"], sort=True, observed=True)["worse"]
     out = pd.DataFrame({"k": g.sum().astype(int), "n": g.size()}).reset_index()
     out["rate"] = out["k"] / out["n"]
     out["ucb"] = [ucb(k, n) for k, n in zip(out["k"], out["n"])]

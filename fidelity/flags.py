@@ -56,6 +56,13 @@ LAST_NOT_BEST_RTOL = 0.05
 #: (0.016 + 0.02): 5% (0.025 before, below them); fixed, ART L1 PGD 8 of 164 and adv_lib apgd:ce L2
 #: 30 of 499 (0.086 + 0.02): 0.18 stays
 LAST_NOT_BEST_NULL_RATE = {"minimal": 0.05, "fixed": 0.18}
+#: ... and per family where a sound algorithm queries points it never keeps as candidates: EAD's
+#: FISTA steps from the extrapolated slack point y_k and keeps the best iterate x_k, so a queried
+#: y_k can be adversarial and closer than anything it returns (ART's ElasticNet L1, decision rule
+#: L1, on 6 of the held-out calibration's 70 threshold images: bound 0.162, plus the 2-point margin
+#: of fidelity/null_rates.py; its held-out images and model measured apart, fidelity/README.md
+#: "Held-out calibration"). foolbox's EAD L1 (elastic-net decision rule) stays far above it
+LAST_NOT_BEST_FAMILY_NULL_RATE = {"ead": 0.18}
 #: ... and never on fewer images than this (one stray image is not a pattern)
 LAST_NOT_BEST_MIN_IMAGES = 2
 #: silent failure's floor: a working attack breaks at least this share of the images other
@@ -129,7 +136,8 @@ def _last_not_best(g: pd.DataFrame) -> dict | None:
         is_worse = ret > best * (1 + LAST_NOT_BEST_RTOL) + 1e-9
     k, n = int(is_worse.sum()), len(elig)
     kind = str(g["kind"].iat[0]) if "kind" in g.columns else "minimal"
-    rate = LAST_NOT_BEST_NULL_RATE.get(kind, LAST_NOT_BEST_NULL_RATE["minimal"])
+    rate = LAST_NOT_BEST_FAMILY_NULL_RATE.get(str(g["family"].iat[0]) if "family" in g.columns else "",
+                                              LAST_NOT_BEST_NULL_RATE.get(kind, LAST_NOT_BEST_NULL_RATE["minimal"]))
     p = float(sps.binom.sf(k - 1, n, rate)) if k else 1.0
     return {"p": p, "k": k, "n": n, "rate": rate, "kind": kind, "worse": elig[is_worse]}
 
