@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules", nargs="+", help='only these rules (e.g. out_of_ball "label_bug (targets ignored)")')
     ap.add_argument("--real", nargs="*", metavar="GROUP",
                     help="real-noise groups (pair, 'pair worst', report, twins; none named: all)")
-    ap.add_argument("--part", choices=["held-out", "held-out model"],
+    ap.add_argument("--part", choices=["held-out", "held-out model", "held-out seed"],
                     help="with --real or --report-wide: draw from this part of the corpus (benchmarks/held_out.py)")
     ap.add_argument("--report-wide", action="store_true",
                     help="P(at least one false defect flag) in reports of K sound implementations (report_wide.py)")

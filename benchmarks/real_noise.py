@@ -75,7 +75,7 @@ KNOWN_DEFECTS: dict[str, frozenset[tuple[str, str]]] = {
 SPLIT_SALT = "attackaudit/held-out/v1"
 THRESHOLD_MODELS = ("digits-mlp", "digits-cnn")
 HELD_OUT_MODEL = "digits-cnn-at-linf"
-PARTS = ("threshold", "held-out", "held-out model")
+PARTS = ("threshold", "held-out", "held-out model", "held-out seed")
 
 
 def held_out(samples) -> np.ndarray:
@@ -84,16 +84,37 @@ def held_out(samples) -> np.ndarray:
     return np.array([hashlib.sha256(f"{SPLIT_SALT}:{int(s)}".encode()).digest()[0] < 128 for s in samples], bool)
 
 
+def swap_seeds(c: pd.DataFrame) -> pd.DataFrame:
+    """``c`` with each model's rows and its seed twin's exchanged, for the specs the corpus ran with
+    two seeds: the thresholds were set on the first seed's outputs, so rules judged on the second's
+    meet a seed that set no threshold (the seed twin's role is symmetric)."""
+    seeded = c[c["twin"] == "seed"]
+    pairs = set(zip(seeded["base"], seeded["implementation"], seeded["norm"]))
+    has = np.array([(b, i, n) in pairs for b, i, n in zip(c["base"], c["implementation"], c["norm"])], bool)
+    swap = has & c["twin"].isin(["", "seed"]).to_numpy()
+    out = c.copy()
+    to_seed = swap & (c["twin"] == "").to_numpy()
+    to_base = swap & (c["twin"] == "seed").to_numpy()
+    out.loc[to_seed, "model"] = out.loc[to_seed, "base"] + "~seed"
+    out.loc[to_seed, "twin"] = "seed"
+    out.loc[to_base, "model"] = out.loc[to_base, "base"]
+    out.loc[to_base, "twin"] = ""
+    return out
+
+
 def part(c: pd.DataFrame, name: str | None) -> pd.DataFrame:
     """The rows of one part of the corpus (``load``'s frame): ``threshold`` (the threshold images on
     ``THRESHOLD_MODELS`` and their twins), ``held-out`` (the other images on those models),
-    ``held-out model`` (every image of ``HELD_OUT_MODEL`` and its twins); None: all of it."""
+    ``held-out model`` (every image of ``HELD_OUT_MODEL`` and its twins), ``held-out seed`` (the
+    held-out images with the two seeds' outputs exchanged, ``swap_seeds``); None: all of it."""
     if name is None:
         return c
     if name not in PARTS:
         raise ValueError(f"unknown corpus part {name!r}: one of {PARTS}")
     if name == "held-out model":
         return c[(c["base"] == HELD_OUT_MODEL).to_numpy()]
+    if name == "held-out seed":  # the held-out images, the other seed's outputs judged as the run's
+        return swap_seeds(part(c, "held-out"))
     ho = held_out(c["sample"].to_numpy())
     keep = c["base"].isin(THRESHOLD_MODELS).to_numpy() & (ho if name == "held-out" else ~ho)
     return c[keep]

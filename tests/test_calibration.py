@@ -316,8 +316,8 @@ def test_stored_held_out_rates_are_under_the_bound():
     from the threshold part. A cell fails the bound when the one-sided exact test rejects "false-
     positive rate ≤ α" at level 0.05 (``above_alpha``, as the long run)."""
     t = pd.read_csv(held_out.STORED)
-    assert {"held-out", "held-out model"} <= set(t["part"])
-    for part in ("held-out", "held-out model"):
+    assert {"held-out", "held-out model", "held-out seed"} <= set(t["part"])
+    for part in ("held-out", "held-out model", "held-out seed"):
         rules = set(t.loc[t["part"] == part, "rule"])
         assert {"last_not_best", "silent_failure", "eps_unused", "out_of_ball", "label_bug (class)",
                 "optimality_gap"} <= rules, part
@@ -329,3 +329,19 @@ def test_stored_held_out_rates_are_under_the_bound():
             assert above_alpha(int(r.fired), int(r.evaluated)), f"{r} passes now: take it off HELD_OUT_OPEN"
             continue
         assert r.evaluated >= 50 and not above_alpha(int(r.fired), int(r.evaluated)), r
+
+
+def test_the_held_out_seed_part_exchanges_each_spec_with_its_seed_twin():
+    """``held-out seed``: the held-out images with a randomised spec's two seeds exchanged (the
+    thresholds were set on the first seed), deterministic specs as they were."""
+    import real_noise as rn
+
+    c = rn.load()
+    ho, seed = rn.part(c, "held-out"), rn.part(c, "held-out seed")
+    assert len(seed) == len(ho)
+    key = ["base", "implementation", "norm", "sample"]
+    twin = ho[ho["twin"] == "seed"][key + ["best_distance"]]
+    now_base = seed[seed["twin"] == ""].merge(twin, on=key, suffixes=("", "_seed"))
+    assert len(now_base) == len(twin) > 0
+    assert (now_base["best_distance"].fillna(-1) == now_base["best_distance_seed"].fillna(-1)).all()
+    assert set(seed.loc[seed["twin"] == "", "model"]) == set(ho.loc[ho["twin"] == "", "model"])
