@@ -57,7 +57,7 @@ COMPARE_FIELDS = ["n_images", "n_both", "n_neither", "fail_a", "fail_b", "broke_
                   "p_mcnemar", "p_failure_different", "p_failure_equivalent", "wins_a", "wins_b", "ties",
                   "estimate", "share_beyond", "iqr_low", "iqr_high", "effect_size", "p_value",
                   "p_distance_different", "p_distance_equivalent", "lead_a", "lead_b", "crossing", "integer",
-                  "n_informative", "share_discordant", "worse_a", "worse_b", "share_estimate", "p_share_different",
+                  "failure_reachable", "distance_reachable", "n_informative", "share_discordant", "worse_a", "worse_b", "share_estimate", "p_share_different",
                   "p_share_equivalent", "headline", "lean", "p_different", "p_equivalent", "direction", "mixed"]
 
 
@@ -308,6 +308,8 @@ def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MA
            "effect_size": float((total - 2 * w_plus) / total) if total > 0 else 0.0,
            "p_value": signed_rank_p(r, "two-sided"), "p_distance_different": p_dd, "p_distance_equivalent": p_de,
            "lead_a": lead_a, "lead_b": lead_b, "crossing": cross, "integer": bool(integer.size and integer.max() > 0),
+           **dict(zip(("failure_reachable", "distance_reachable"),
+                      reachable_endpoints(fa, fb, int(r.size), margin))),
            **headline.share_tests(wa[informative], wb[informative], share_margin)}
     return res | headline.decide(res, delta, margin, share_margin=share_margin)
 

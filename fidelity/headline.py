@@ -141,11 +141,6 @@ def share_reachable(k: int, n: int, margin: float = SHARE_MARGIN, alpha: float =
     return bool(k) and max(float(paired_binary.smallest_beyond_p(k, n, margin)), min(1.0, 2 * 0.5 ** k)) < alpha
 
 
-def _fewest_signed_rank(alpha: float) -> int:
-    """The fewest non-zero values on which a two-sided exact signed-rank test can reach ``alpha``."""
-    return int(np.floor(np.log2(2 / alpha))) + 1
-
-
 def curve_lead(lead_a: float, lead_b: float, margin: float = SHARE_MARGIN) -> int:
     """+1 when only ``b``'s curve lies materially below ``a``'s somewhere (``a`` weaker), −1 the
     reverse, 0 when neither or both do."""
@@ -180,9 +175,7 @@ def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
                     and all(not np.isfinite(x) or x >= share_margin for x in leads))
     p_equivalent = float(max(res["p_share_equivalent"], res["p_failure_equivalent"], res["p_distance_equivalent"]))
     reach = {"share": share_reachable(res["share_discordant"], res["n_informative"], share_margin, alpha),
-             "failure rate": paired_binary.smallest_beyond_p(
-        res["broke_only_a"] + res["broke_only_b"], res["n_images"], margin) < alpha,
-        "distance": res["n_both"] >= _fewest_signed_rank(alpha)}
+             "failure rate": res["failure_reachable"], "distance": res["distance_reachable"]}
     tests = [k for k in ests if reach[k]]
     if not tests:  # no endpoint could show a difference at all
         tests = ["share"]

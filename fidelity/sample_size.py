@@ -33,9 +33,6 @@ from .headline import SHARE_MARGIN, WEIGHTS
 
 #: the power every planned size targets
 POWER = 0.8
-#: whether each endpoint's equivalence is planned at power^(1/3) (independent endpoints) or at the
-#: power itself (the endpoints of one comparison move together: identical copies agree on all three)
-EQUIVALENCE_SPLIT = False
 #: the confidence of the bound that stands in for the truth (one-sided). Below one half: a comparison
 #: is sized only after a look left it inconclusive, which selects looks whose estimate fell short
 #: of the truth, so the plan leans past the estimate by 0.52 standard errors. Measured on real seed
@@ -91,8 +88,8 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
     one more than it has, ``inf`` when no size would. Leaning different, the smallest size of the
     endpoints beyond their margins (each at its weighted Bonferroni share of α,
     ``headline.WEIGHTS``); leaning equivalent, the
-    largest of the share, failure and distance endpoints' TOST sizes (each at ``power``, or at
-    power^(1/3) with ``EQUIVALENCE_SPLIT``)."""
+    largest of the share, failure and distance endpoints' TOST sizes (each at ``power``: the
+    endpoints of one comparison move together, identical copies agree on all three)."""
     v = observed(values)
     fa, fb, r_all, wa, wb = v[:5]
     n = fa.size
@@ -121,10 +118,10 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
         agree = len({int(np.sign(est[e])) for e in sizes}) == 1
         need = min(sizes.values()) if agree else max(sizes.values())
     else:  # every endpoint must be shown
-        each = float(power ** (1 / 3)) if EQUIVALENCE_SPLIT else power
-        need = max(scale * paired_binary.images_needed(wa[inform], wb[inform], alpha, each, SHARE_MARGIN, PLAN_CONFIDENCE),
-                   paired_binary.images_needed(fa, fb, alpha, each, margin, PLAN_CONFIDENCE),
-                   distance_images(r, share, alpha, delta, each))
+        need = max(scale * paired_binary.images_needed(wa[inform], wb[inform], alpha, power, SHARE_MARGIN,
+                                                       PLAN_CONFIDENCE),
+                   paired_binary.images_needed(fa, fb, alpha, power, margin, PLAN_CONFIDENCE),
+                   distance_images(r, share, alpha, delta, power))
     return float(max(np.ceil(need), n + 1)) if np.isfinite(need) else float("inf")
 
 
