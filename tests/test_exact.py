@@ -70,8 +70,8 @@ def test_robust_and_clean_misclassified():
     assert r.status == "optimal" and math.isinf(r.distance) and r.adversarial is None
     wrong = minimal_distance(two_class_linear([1.0, 1.0], 0.5), np.array([0.5, 0.5]), 0, "l1")
     assert wrong.status == "clean_misclassified" and wrong.distance == 0.0
-    with pytest.raises(ValueError, match="l2"):
-        minimal_distance(never, np.array([0.5, 0.5]), 0, "l2")
+    with pytest.raises(ValueError, match="l3"):
+        minimal_distance(never, np.array([0.5, 0.5]), 0, "l3")
 
 
 def _pgd_min_linf(model: nn.Module, x: torch.Tensor, y: int, hi: float, steps: int = 60) -> float:
@@ -164,8 +164,8 @@ def test_run_exact_writes_table(tmp_path):
         with torch.no_grad():
             assert model64(adv.reshape(1, 1, 8, 8)).argmax().item() != row.label or row.exact_distance == 0
         assert float((adv - x0.double().reshape(-1)).abs().max()) == pytest.approx(row.exact_distance, abs=1e-6)
-    with pytest.raises(ValueError, match="l2"):
-        run_exact("digits-mlp-tiny", "l2", 3, 0, tmp_path, time_limit=20)
+    with pytest.raises(ValueError, match="l3"):
+        run_exact("digits-mlp-tiny", "l3", 3, 0, tmp_path, time_limit=20)
     assert len(table) == 3
 
 

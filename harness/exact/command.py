@@ -1,4 +1,4 @@
-"""``attackaudit exact``: exact minimal L∞ / L1 distances of a zoo model, stored beside a run.
+"""``attackaudit exact``: exact minimal L∞ / L1 / L0 / L2 distances of a zoo model, stored beside a run.
 
 Writes ``OUT/exact/<model>__<norm>.parquet`` (atomically: temporary file, then ``os.replace``),
 one row per sample of the same hashed subset a run with the same ``--samples``/``--seed`` uses.
@@ -159,7 +159,8 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="zoo model (ReLU MLP or small CNN)")
-    parser.add_argument("--norm", required=True, choices=["linf", "l1"])
+    parser.add_argument("--norm", required=True, choices=["linf", "l1", "l0", "l2"],
+                        help="l0: fewest moved pixels; l2: a MIQP, solved by SCIP (pyscipopt)")
     parser.add_argument("--samples", type=int, default=None,
                         help="subset size, as in `run` (default: the run's own in OUT)")
     parser.add_argument("--out", type=Path, required=True, help="run directory; writes OUT/exact/")

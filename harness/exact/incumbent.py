@@ -1,5 +1,6 @@
 """The exact solver's incumbent: the best verified adversarial so far, and the cheap searches
-(candidate points, DeepFool inside the box) that give the MILPs their first upper bound.
+(candidate points, DeepFool inside the box, L0's pruning of moved coordinates) that give the
+MILPs their first upper bound.
 
 Every point is verified in float64 before it is kept (``Incumbent.offer``). Pure numpy.
 """
@@ -29,32 +30,41 @@ def _line_search(layers: Sequence[Layer], x0: np.ndarray, x: np.ndarray, label: 
 class Incumbent:
     """The best verified adversarial so far.
 
-    Accepted: float64 gap max_{j≠y} logit_j − logit_y strictly positive (truly misclassified)
+    Accepted, once clipped into the box: float64 gap max_{j≠y} logit_j − logit_y strictly positive (truly misclassified)
     and ≥ margin/2 (the LP/MILP points meet the margin only up to the 1e-9 feasibility
     tolerance). Heuristic points are shrunk only down to gap ≥ margin, so that no accepted point
     lies meaningfully inside the margin set's complement and the distances stay comparable.
+    L0 (a count: ``program``'s margin is lexicographic) accepts any strict gap > 0, after moving
+    the coordinates within 1e-9 of x0 back onto it, and among equal counts keeps the larger gap
+    (up to the margin), never shrinks (a scaled step moves as many coordinates).
     """
 
-    def __init__(self, layers: Sequence[Layer], x0: np.ndarray, label: int, norm: str, margin: float) -> None:
+    def __init__(self, layers: Sequence[Layer], x0: np.ndarray, label: int, norm: str, margin: float,
+                 lo: float = 0.0, hi: float = 1.0) -> None:
         self.layers, self.x0, self.label, self.norm, self.margin = layers, x0, label, norm, margin
-        self.dist, self.x, self.cls = np.inf, None, -1
+        self.lo, self.hi = lo, hi
+        self.dist, self.x, self.cls, self.gap = np.inf, None, -1, -np.inf
 
     def offer(self, x: np.ndarray | None, shrink: bool = False) -> bool:
         """Keep ``x`` (D) when it verifies and is closer than the incumbent (``shrink``: first
         pull it towards x0 along the segment); True when it became the incumbent."""
         if x is None:
             return False
-        x = np.asarray(x, dtype=np.float64)
+        x = np.clip(np.asarray(x, dtype=np.float64), self.lo, self.hi)  # solvers' points: box ± 1e-9
+        if self.norm == "l0":
+            x = np.where(np.abs(x - self.x0) <= 1e-9, self.x0, x)
         gap = margin_to_label(forward(self.layers, x), self.label)
-        if not (gap > 0 and gap >= 0.5 * self.margin):
+        if not (gap > 0 and (self.norm == "l0" or gap >= 0.5 * self.margin)):
             return False
-        if shrink and gap >= self.margin:
+        if shrink and gap >= self.margin and self.norm != "l0":
             x = _line_search(self.layers, self.x0, x, self.label, self.margin)
+            gap = margin_to_label(forward(self.layers, x), self.label)
         dist = float(distance(x - self.x0, self.norm))
-        if dist < self.dist:
+        kept = min(gap, self.margin)
+        if dist < self.dist or (self.norm == "l0" and dist == self.dist and kept > self.gap):
             z = forward(self.layers, x)
             z[self.label] = -np.inf
-            self.dist, self.x, self.cls = dist, x, int(np.argmax(z))
+            self.dist, self.x, self.cls, self.gap = dist, x, int(np.argmax(z)), kept
             return True
         return False
 
@@ -71,7 +81,8 @@ def _logits_and_jacobian(layers: Sequence[Layer], x: np.ndarray) -> tuple[np.nda
 def _linear_step(g: np.ndarray, need: float, x0: np.ndarray, lo: float, hi: float,
                  norm: str) -> np.ndarray | None:
     """Smallest δ (D) with g·δ ≥ need and x0 + δ in the box, or None when the box cannot reach it.
-    L1: fractional knapsack over |g|; L∞: the ε where Σ|g_i|·min(ε, cap_i) reaches ``need``."""
+    L1: fractional knapsack over |g|; L∞: the ε where Σ|g_i|·min(ε, cap_i) reaches ``need``;
+    L2: δ_i = sign(g_i)·min(λ|g_i|, cap_i) with the λ that reaches it (the KKT point)."""
     if need <= 0:
         return np.zeros_like(x0)
     cap, ag = np.where(g > 0, hi - x0, x0 - lo), np.abs(g)
@@ -85,12 +96,21 @@ def _linear_step(g: np.ndarray, need: float, x0: np.ndarray, lo: float, hi: floa
         amount[order[:k]] = cap[order[:k]]
         amount[order[k]] = (need - (gain[k - 1] if k else 0.0)) / ag[order[k]]
         return np.sign(g) * amount
-    order = np.argsort(cap)
-    c, a = cap[order], ag[order]
+    if norm == "l2":  # in units of λ: coordinate i saturates at λ = cap_i/|g_i|, each gains |g_i|²
+        live = ag > 0
+        cap, ag = np.where(live, cap, 0.0), np.where(live, ag, 1.0)
+        step, a = cap / ag, np.where(live, ag * ag, 0.0)
+        order = np.argsort(step)
+        c, a = step[order], a[order]
+    else:
+        order = np.argsort(cap)
+        c, a = cap[order], ag[order]
     suffix = np.cumsum(a[::-1])[::-1]
-    reach = np.concatenate([[0.0], np.cumsum(a * c)[:-1]]) + c * suffix  # gain at ε = c_k
-    k = int(np.searchsorted(reach, need))
+    reach = np.concatenate([[0.0], np.cumsum(a * c)[:-1]]) + c * suffix  # gain at ε (λ) = c_k
+    k = min(int(np.searchsorted(reach, need)), len(reach) - 1)
     prefix = reach[k] - c[k] * suffix[k]
+    if norm == "l2":
+        return np.sign(g) * np.minimum((need - prefix) / suffix[k] * ag, cap)
     return np.sign(g) * np.minimum((need - prefix) / suffix[k], cap)
 
 
@@ -109,10 +129,33 @@ def upper_bound_search(best: Incumbent, lo: float, hi: float) -> None:
     """DeepFool, then, when it found nothing, variants: the sparse L1 step can stall on the ReLU
     kinks, so L1 retries with a larger overshoot and with dense (L∞) steps. Each costs ~0.1 s on
     digits-mlp; the first lands within 0.1% of the exact distance on the median sample."""
+    if best.norm == "l0":  # sparse L1 steps, then dense ones; each kept point pruned
+        for overshoot, step_norm in ((0.02, "l1"), (0.2, "l1"), (0.02, "linf")):
+            _deepfool_box(best, lo, hi, overshoot=overshoot, step_norm=step_norm)
+            prune_moved(best)
+        return
     _deepfool_box(best, lo, hi)
     if best.norm == "l1" and best.x is None:
         _deepfool_box(best, lo, hi, overshoot=0.2)
         _deepfool_box(best, lo, hi, step_norm="linf")
+
+
+def prune_moved(best: Incumbent) -> None:
+    """L0: move the incumbent's coordinates back onto x0 one at a time, the least needed first
+    (smallest |gradient × move|), keeping each that leaves it adversarial by the margin."""
+    if best.x is None:
+        return
+    x = best.x.copy()
+    _, jac = _logits_and_jacobian(best.layers, x)
+    g = jac[best.cls] - jac[best.label]
+    for i in np.argsort(np.abs(g * (x - best.x0))):
+        if x[i] == best.x0[i]:
+            continue
+        trial = x.copy()
+        trial[i] = best.x0[i]
+        if margin_to_label(forward(best.layers, trial), best.label) >= best.margin:
+            x = trial
+    best.offer(x)
 
 
 def _deepfool_box(best: Incumbent, lo: float, hi: float, steps: int = 50, overshoot: float = 0.02,

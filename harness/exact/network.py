@@ -40,9 +40,16 @@ def forward(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:
 
 
 def distance(delta: np.ndarray, norm: str) -> np.ndarray | float:
-    """L∞ or L1 size of ``delta`` (D, or N×D → N)."""
+    """L∞, L1, L2 or L0 size of ``delta`` (D, or N×D → N). L0 counts every coordinate that moved
+    at all (|δ_i| > 0): the solver's points leave the unchanged coordinates exactly at x0."""
     d = np.abs(np.asarray(delta, dtype=np.float64))
-    return d.max(-1, initial=0.0) if norm == "linf" else d.sum(-1)
+    if norm == "linf":
+        return d.max(-1, initial=0.0)
+    if norm == "l0":
+        return (d > 0).sum(-1).astype(np.float64)
+    if norm == "l2":
+        return np.sqrt((d * d).sum(-1))
+    return d.sum(-1)
 
 
 def margin_to_label(logits: np.ndarray, label: int) -> np.ndarray | float:
@@ -54,13 +61,22 @@ def margin_to_label(logits: np.ndarray, label: int) -> np.ndarray | float:
 
 def _first_layer_bounds(w: np.ndarray, b: np.ndarray, x0: np.ndarray, xl: np.ndarray,
                         xu: np.ndarray, norm: str, radius: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact range of ``w x + b`` over the box [xl, xu] (∩ L1 ball of ``radius`` around x0)."""
+    """Range of ``w x + b`` over the box [xl, xu] ∩ ball(radius) around x0: exact for L∞, L1 and
+    L0 (at most ``radius`` coordinates moved: the largest moves), a valid outer bound for L2."""
     wp, wn = np.maximum(w, 0), np.minimum(w, 0)
     lo, hi = wp @ xl + wn @ xu + b, wp @ xu + wn @ xl + b
-    if norm != "l1" or not np.isfinite(radius):
+    if norm in ("linf",) or not np.isfinite(radius):
         return lo, hi
-    # L1 ball ∩ box: a fractional knapsack per neuron — spend the budget on the largest |w| first.
     base = w @ x0 + b
+    if norm == "l2":  # box ∩ ball ⊂ ball: |w·δ| ≤ r‖w‖₂
+        reach = radius * np.linalg.norm(w, axis=1)
+        return np.maximum(lo, base - reach), np.minimum(hi, base + reach)
+    if norm == "l0":  # at most ⌊r⌋ coordinates move: the ⌊r⌋ largest gains each way
+        k = int(np.floor(radius + 1e-9))
+        up = np.sort(np.maximum(w * (xu - x0), w * (xl - x0)), axis=1)[:, ::-1][:, :k].sum(1)
+        dn = np.sort(np.maximum(-w * (xu - x0), -w * (xl - x0)), axis=1)[:, ::-1][:, :k].sum(1)
+        return np.maximum(lo, base - dn), np.minimum(hi, base + up)
+    # L1 ball ∩ box: a fractional knapsack per neuron — spend the budget on the largest |w| first.
     order = np.argsort(-np.abs(w), axis=1)
     aw = np.take_along_axis(np.abs(w), order, 1)
     up_cap = np.take_along_axis(np.where(w > 0, xu - x0, x0 - xl), order, 1)
@@ -73,16 +89,19 @@ def _first_layer_bounds(w: np.ndarray, b: np.ndarray, x0: np.ndarray, xl: np.nda
     return np.maximum(lo, base - spend(dn_cap)), np.minimum(hi, base + spend(up_cap))
 
 
-def input_box(x0: np.ndarray, radius: float, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def input_box(x0: np.ndarray, radius: float, lo: float, hi: float,
+              norm: str = "linf") -> tuple[np.ndarray, np.ndarray]:
     """Per-coordinate bounds (xl, xu), each D, of [lo, hi]^D ∩ ball(radius) around ``x0`` (D)."""
-    # both ‖δ‖∞ ≤ r and ‖δ‖₁ ≤ r imply |δ_i| ≤ r
+    if norm == "l0":  # a count of moved coordinates bounds none of them
+        radius = np.inf
+    # each of ‖δ‖∞ ≤ r, ‖δ‖₁ ≤ r and ‖δ‖₂ ≤ r implies |δ_i| ≤ r
     return np.maximum(lo, x0 - radius), np.minimum(hi, x0 + radius)
 
 
 def preactivation_bounds(layers: Sequence[Layer], x0: np.ndarray, norm: str, radius: float,
                          lo: float = 0.0, hi: float = 1.0) -> list[tuple[np.ndarray, np.ndarray]]:
     """Interval bounds (l, u) on every hidden layer's pre-activations over box ∩ ball(radius)."""
-    xl, xu = input_box(x0, radius, lo, hi)
+    xl, xu = input_box(x0, radius, lo, hi, norm)
     w, b = layers[0]
     bounds = [_first_layer_bounds(w, b, x0, xl, xu, norm, radius)]
     for w, b in layers[1:-1]:

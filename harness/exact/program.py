@@ -1,10 +1,18 @@
 """The (MI)LP of the exact solver: a ReLU network's big-M encoding, solved by HiGHS.
 
-``encode`` writes the input box, the distance variables (L∞: one ε; L1: t ≥ |x − x0|) and the
-hidden layers, with the standard big-M encoding of every ReLU whose pre-activation bounds
+``encode`` writes the input box, the distance variables (L∞: one ε; L1: t ≥ |x − x0|; L0: one
+binary "coordinate moved" z_i per coordinate, |x_i − x0_i| ≤ z_i·(its box width), and the share
+s ∈ [0, 1] of the margin reached; L2: none, its objective is quadratic and ``miqp`` adds it) and
+the hidden layers, with the standard big-M encoding of every ReLU whose pre-activation bounds
 straddle 0; ``solve`` runs HiGHS on it plus extra rows (a target class's margin row from
 ``target_row``); ``lp_tighten`` tightens the interval bounds of deeper layers by LPs. Pure numpy /
 scipy.
+
+L0's objective is Σ z_i − s/2 with the margin row logit_j − logit_y ≥ margin·s: lexicographic,
+the fewest moved coordinates first (s/2 < 1), then the largest share of the margin. Its bound is
+therefore a bound on the count of any point with logit_j ≥ logit_y (a tie included), which is
+what a strict adversarial must beat, and its optimum still reaches the full margin where the
+fewest coordinates can.
 """
 from __future__ import annotations
 
@@ -36,6 +44,10 @@ class Program:
     integ: list = field(default_factory=list)
     z: list = field(default_factory=list)       # per hidden layer: array of variable indices
     a: list = field(default_factory=list)       # per hidden layer: {neuron: binary index}
+    moved: list = field(default_factory=list)   # L0: per coordinate its "moved" binary (or -1)
+    share: int = -1                             # L0: the share s of the margin reached
+    center: np.ndarray | None = None            # L2: x0, the centre of the quadratic objective
+    cap: float = np.inf                         # L2: bound on ‖x − x0‖² (the squared radius)
 
     def var(self, lower: float, upper: float, integer: bool = False) -> int:
         self.vl.append(lower), self.vu.append(upper), self.integ.append(int(integer))
@@ -58,18 +70,27 @@ def encode(layers: Sequence[Layer], x0: np.ndarray, norm: str, radius: float,
            pattern: Sequence[np.ndarray] | None = None) -> tuple[Program, np.ndarray]:
     """Encode input, distance and the first ``depth`` hidden layers; returns (program, c).
 
-    Variables: x (D) first, then the distance variables (L∞: one ε; L1: t ≥ |x − x0|), then per
-    hidden layer its post-activations z and one binary per unstable neuron. ``c`` is the distance
-    objective. ``pattern`` (bool per hidden neuron) fixes the activation pattern instead of
+    Variables: x (D) first, then the distance variables (L∞: one ε; L1: t ≥ |x − x0|; L0: the
+    binaries ``p.moved`` and the share ``p.share``; L2: none), then per hidden layer its
+    post-activations z and one binary per unstable neuron. ``c`` is the distance objective's
+    linear part (zero for L2, whose ``p.center`` the backend ``miqp`` reads). For L0 ``radius``
+    is the largest count of moved coordinates. ``pattern`` (bool per hidden neuron) fixes the activation pattern instead of
     binaries: used to polish a MILP solution with an LP that has no big-M slack at all.
     """
     d = x0.size
-    xl, xu = input_box(x0, radius, lo, hi)
+    xl, xu = input_box(x0, radius, lo, hi, norm)
     p = Program(0)
     for i in range(d):
         p.var(xl[i], xu[i])
     r = radius if np.isfinite(radius) else (1.0 if norm == "linf" else float(d)) * max(hi - lo, 0)
-    if norm == "linf":
+    dist_cols, weights = np.zeros(0, int), np.zeros(0)
+    if norm == "l0":
+        _encode_moved(p, x0, xl, xu, float(d) if not np.isfinite(radius) else radius)
+        dist_cols = np.array([m for m in p.moved if m >= 0] + [p.share])
+        weights = np.append(np.ones(len(dist_cols) - 1), -0.5)
+    elif norm == "l2":  # the quadratic objective is the backend's (exact.miqp); the box holds |δ_i| ≤ r
+        p.center, p.cap = x0.copy(), (radius * radius * (1 + 1e-9) + 1e-12 if np.isfinite(radius) else np.inf)
+    elif norm == "linf":
         eps = p.var(0.0, r)
         for i in range(d):  # x_i − ε ≤ x0_i ≤ x_i + ε
             p.row(np.array([i, eps]), np.array([1.0, -1.0]), -np.inf, x0[i])
@@ -82,6 +103,8 @@ def encode(layers: Sequence[Layer], x0: np.ndarray, norm: str, radius: float,
             p.row(np.array([t[i], i]), np.array([1.0, 1.0]), x0[i], np.inf)
         p.row(t, np.ones(d), -np.inf, r)
         dist_cols = t
+    if norm in ("linf", "l1"):
+        weights = np.ones(len(dist_cols))
     prev = np.arange(d)
     for k in range(depth):
         w, b = layers[k]
@@ -107,8 +130,26 @@ def encode(layers: Sequence[Layer], x0: np.ndarray, norm: str, radius: float,
         p.a.append(binaries)
         prev = z
     c = np.zeros(p.n_vars)
-    c[dist_cols] = 1.0
+    c[dist_cols] = weights
     return p, c
+
+
+def _encode_moved(p: Program, x0: np.ndarray, xl: np.ndarray, xu: np.ndarray, count: float) -> None:
+    """L0's variables: z_i ∈ {0, 1} with x0_i − z_i·(x0_i − xl_i) ≤ x_i ≤ x0_i + z_i·(xu_i − x0_i)
+    (a coordinate with no room to move gets none), Σ z_i ≤ ``count``, and the margin share s."""
+    for i in range(x0.size):
+        up, dn = xu[i] - x0[i], x0[i] - xl[i]
+        if up <= 0 and dn <= 0:
+            p.moved.append(-1)
+            continue
+        z = p.var(0.0, 1.0, integer=True)
+        p.moved.append(z)
+        p.row(np.array([i, z]), np.array([1.0, -up]), -np.inf, x0[i])
+        p.row(np.array([i, z]), np.array([1.0, dn]), x0[i], np.inf)
+    cols = np.array([m for m in p.moved if m >= 0], dtype=int)
+    if len(cols):
+        p.row(cols, np.ones(len(cols)), -np.inf, np.floor(count + 1e-9))
+    p.share = p.var(0.0, 1.0)
 
 
 def solve(p: Program, c: np.ndarray, extra: Sequence[tuple[np.ndarray, np.ndarray, float, float]],
@@ -132,8 +173,10 @@ def target_row(layers: Sequence[Layer], p: Program, label: int, target: int, mar
     """The row ``logit_target − logit_label ≥ margin`` over the last hidden layer's variables of ``p``
     (the inputs when the network has no hidden layer), as ``solve``'s (cols, vals, lower, upper)."""
     w, b = layers[-1]
-    return (p.z[-1] if p.z else np.arange(w.shape[1]), w[target] - w[label], b[label] - b[target] + margin,
-            np.inf)
+    cols, vals = (p.z[-1] if p.z else np.arange(w.shape[1])), w[target] - w[label]
+    if p.share >= 0:  # L0: logit_target − logit_label ≥ margin·s
+        return np.append(cols, p.share), np.append(vals, -margin), b[label] - b[target], np.inf
+    return cols, vals, b[label] - b[target] + margin, np.inf
 
 
 def lp_tighten(layers: Sequence[Layer], x0: np.ndarray, norm: str, radius: float,

@@ -1,15 +1,18 @@
-"""Ground truth: exact minimal adversarial L∞ / L1 distances of small ReLU networks (MILP, HiGHS).
+"""Ground truth: exact minimal adversarial L∞ / L1 / L0 / L2 distances of small ReLU networks
+(MILP by HiGHS; L2, a mixed-integer convex QP, by SCIP: ``miqp``).
 
 Pure numpy / scipy (no torch, no I/O; ``encoding`` turns a torch model into its layers). A network is a list of affine layers ``(W, b)`` with
 ``W``: out×in and ``b``: out, and a ReLU between consecutive layers (none after the last, whose
 outputs are the logits). Inputs are flat vectors of length ``D = layers[0][0].shape[1]`` inside
 the box ``[lo, hi]^D``. The parts: ``network`` (evaluation, interval bounds), ``program`` (the
-big-M (MI)LP and HiGHS), ``incumbent`` (the best verified adversarial and the cheap searches
+big-M (MI)LP and HiGHS), ``miqp`` (the same program with L2's quadratic objective, SCIP), ``incumbent`` (the best verified adversarial and the cheap searches
 that seed it); this module runs them per sample.
 
 ``minimal_distance`` solves, per target class ``j ≠ y``, the mixed-integer program
 
     min ‖x − x0‖   s.t.  x ∈ [lo, hi]^D,  logit_j(x) ≥ logit_y(x) + margin,
+
+(L2: min ‖x − x0‖²₂; L0: the count of moved coordinates, with the margin lexicographic, below)
 
 with the standard big-M encoding of every ReLU whose pre-activation bounds straddle 0 (bounds
 from interval arithmetic, the first layer exactly for the L1 ball, optionally tightened by LPs),
@@ -18,9 +21,15 @@ a point exactly on the boundary is not an adversarial example (``attackaudit.mea
 is a strict inequality, as everywhere in the harness); the distance to the margin set exceeds the infimum over the boundary by at most
 ``margin / ‖∇(logit_j − logit_y)‖_dual`` (≈1e-7 on the zoo), far below the flag tolerance.
 
+L0 counts are integers, and one coordinate more or less is no rounding: its program (``program``)
+minimises the count first and the share of the margin reached second, so its ``lower_bound``
+holds for every point with logit_j ≥ logit_y (ties included), and its adversarial reaches the
+margin where the fewest coordinates can (else only a strict gap > 0). A coordinate counts as
+moved when it differs from x0 at all; the harness counts |δ_i| > 1e-6 (``measure.distance``).
+
 Every reported adversarial is re-evaluated in float64: some other logit must strictly exceed
-the label's, and ``distance`` is its norm as computed here. ``lower_bound`` is HiGHS's proven
-bound (valid up to the solver's feasibility tolerances, set to 1e-9).
+the label's, and ``distance`` is its norm as computed here. ``lower_bound`` is the solver's proven
+bound (HiGHS's, or SCIP's for L2; valid up to the feasibility tolerances, set to 1e-9).
 
 The table helpers over its results (true optimality, below-exact flags) are
 ``attackaudit.fidelity.true_optimality``.
@@ -40,7 +49,7 @@ from attackaudit.exact.program import Program, encode, lp_tighten, solve, target
 __all__ = ["NORMS", "STATUSES", "ExactResult", "Layer", "as_layers", "distance", "forward", "lp_tighten",
            "margin_to_label", "minimal_distance", "preactivation_bounds"]
 
-NORMS = ("linf", "l1")
+NORMS = ("linf", "l1", "l0", "l2")
 STATUSES = ("optimal", "time_limit", "clean_misclassified", "error")
 
 
@@ -80,8 +89,11 @@ class _Sample:
         return self.time_limit - (time.perf_counter() - self.start)
 
     def program(self, radius: float) -> tuple[Program, np.ndarray]:
-        """The MILP over box ∩ ball(radius): its big-M constants come from the bounds at ``radius``."""
+        """The MILP (L2: MIQP) over box ∩ ball(radius): its big-M constants come from the bounds
+        at ``radius``. L0 counts are integers: a better point moves at most ``radius`` − 1."""
         depth = len(self.layers) - 1
+        if self.norm == "l0" and np.isfinite(radius):
+            radius = radius - 1
         bounds = preactivation_bounds(self.layers, self.x0, self.norm, radius, self.lo, self.hi)
         if self.tighten and depth > 1:
             bounds = lp_tighten(self.layers, self.x0, self.norm, radius, bounds, self.lo, self.hi,
@@ -91,6 +103,25 @@ class _Sample:
     def target(self, p: Program, target: int) -> tuple[np.ndarray, np.ndarray, float, float]:
         """The margin row of class ``target`` over ``p``'s variables."""
         return target_row(self.layers, p, self.label, target, self.margin)
+
+    def solve(self, p: Program, c: np.ndarray, extra: list, relax: bool, time_limit: float):
+        """HiGHS, or SCIP for L2 (``miqp``): a result with scipy ``milp``'s fields."""
+        if self.norm == "l2":
+            from attackaudit.exact import miqp
+
+            return miqp.solve(p, c, extra, relax, time_limit)
+        return solve(p, c, extra, relax=relax, time_limit=time_limit)
+
+    def bound(self, value: float | None) -> float | None:
+        """A lower bound on the program's objective as one on the distance: L2's objective is
+        the squared distance, L0's the count less half the margin share (so ⌈value⌉ counts)."""
+        if value is None or not np.isfinite(value):
+            return value
+        if self.norm == "l2":
+            return float(np.sqrt(max(value, 0.0)))
+        if self.norm == "l0":
+            return float(max(0.0, np.ceil(value - 1e-6)))
+        return float(value)
 
 
 def minimal_distance(layers: Sequence[tuple[np.ndarray, np.ndarray]], x0: np.ndarray, label: int,
@@ -107,10 +138,10 @@ def minimal_distance(layers: Sequence[tuple[np.ndarray, np.ndarray]], x0: np.nda
     """
     start = time.perf_counter()
     if norm not in NORMS:
-        raise ValueError(f"exact distances support {NORMS}, not {norm!r} (L2 would need a MIQP)")
+        raise ValueError(f"exact distances support {', '.join(NORMS)}, not {norm!r}")
     layers = as_layers(layers)
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
-    best = Incumbent(layers, x0, label, norm, margin)
+    best = Incumbent(layers, x0, label, norm, margin, lo, hi)
     if margin_to_label(forward(layers, x0), label) > 0:
         # already misclassified; a tie is not (attackaudit.measure.success: success is strict)
         return ExactResult(0.0, 0.0, 0.0, "clean_misclassified", x0.copy(),
@@ -131,9 +162,9 @@ def _lp_bounds(sample: _Sample, p: Program, c: np.ndarray, radius: float, best: 
     lp_lb: dict[int, float] = {}
     n_cls = sample.layers[-1][0].shape[0]
     for j in (j for j in range(n_cls) if j != sample.label):
-        res = solve(p, c, [sample.target(p, j)], relax=True, time_limit=max(sample.left(), 0.01))
+        res = sample.solve(p, c, [sample.target(p, j)], relax=True, time_limit=max(sample.left(), 0.01))
         if res.status == 0:
-            lp_lb[j] = min(res.fun, radius)
+            lp_lb[j] = min(sample.bound(res.fun), radius)
             best.offer(res.x[:sample.x0.size], shrink=True)
         elif res.status == 2:  # infeasible within the radius: target j needs ≥ radius
             lp_lb[j] = radius
@@ -159,10 +190,10 @@ def _milp_targets(sample: _Sample, p: Program, c: np.ndarray, radius: float, lp_
             radius = best.dist
             p, c = sample.program(radius)
         t_j = time.perf_counter()
-        res = solve(p, c, [sample.target(p, j)], relax=False, time_limit=max(sample.left(), 0.01))
+        res = sample.solve(p, c, [sample.target(p, j)], relax=False, time_limit=max(sample.left(), 0.01))
         t_j = time.perf_counter() - t_j
         found = _accept(sample, p, res, j, best)
-        dual = res.mip_dual_bound if res.mip_dual_bound is not None else res.fun
+        dual = sample.bound(res.mip_dual_bound if res.mip_dual_bound is not None else res.fun)
         if res.status == 0:
             targets[j] = (min(dual, radius), found, f"optimal in {t_j:.2f}s")
         elif res.status == 2:
@@ -205,7 +236,13 @@ def _accept(sample: _Sample, p: Program, res, target: int, best: Incumbent) -> f
     layers, norm, lo, hi = sample.layers, sample.norm, sample.lo, sample.hi
     bounds = preactivation_bounds(layers, x0, norm, np.inf, lo, hi)
     q, c = encode(layers, x0, norm, np.inf, bounds, len(layers) - 1, lo, hi, pattern=pattern)
-    pol = solve(q, c, [sample.target(q, target)], relax=True, time_limit=10.0)
+    if norm == "l0":  # keep the MILP's moved coordinates, the others exactly at x0; most margin
+        moved = [i for i, m in enumerate(p.moved) if (m >= 0 and res.x[m] > 0.5) or abs(x[i] - x0[i]) > 1e-9]
+        for i in np.setdiff1d(np.arange(x0.size), moved):
+            q.vl[i] = q.vu[i] = x0[i]
+        c = np.zeros(q.n_vars)
+        c[q.share] = -1.0
+    pol = sample.solve(q, c, [sample.target(q, target)], relax=True, time_limit=10.0)
     if pol.status == 0 and best.offer(pol.x[:x0.size]):
         found = best.dist
     return found if np.isfinite(found) else (best.dist if best.offer(x, shrink=True) else np.inf)
