@@ -265,7 +265,7 @@ def reachable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, mar
 
 
 def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN,
-            share_margin: float = headline.SHARE_MARGIN) -> dict[str, float]:
+            share_margin: float = headline.SHARE_MARGIN, alpha: float = ALPHA) -> dict[str, float]:
     """The comparison of two implementations from per-image pair values (``pair_values``; columns
     without a comparison are ignored): ``COMPARE_FIELDS``.
 
@@ -286,7 +286,9 @@ def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MA
     ``wins_a``/``wins_b``/``ties``, ``share_beyond`` (images with |r| > δ), ``iqr_low``/``iqr_high``
     (quartiles of r), ``effect_size`` (rank-biserial in favour of ``a``), ``p_value`` (signed-rank
     test of θ = 0), ``p_distance_different``, ``p_distance_equivalent``. ``n_neither``: images
-    neither broke (no evidence)."""
+    neither broke (no evidence). ``alpha``: the level the headline's claims are made at (the
+    Tarone check of which endpoints count, a lean, a crossing, the headline word); a look of a run
+    that extends until decided passes the α it spends (``fidelity/sequential.py``)."""
     v = observed(values)
     fa, fb, r_all, wa, wb, da, db, integer = v
     r = r_all[np.isfinite(r_all)]
@@ -309,9 +311,9 @@ def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MA
            "p_value": signed_rank_p(r, "two-sided"), "p_distance_different": p_dd, "p_distance_equivalent": p_de,
            "lead_a": lead_a, "lead_b": lead_b, "crossing": cross, "integer": bool(integer.size and integer.max() > 0),
            **dict(zip(("failure_reachable", "distance_reachable"),
-                      reachable_endpoints(fa, fb, int(r.size), margin))),
+                      reachable_endpoints(fa, fb, int(r.size), margin, alpha))),
            **headline.share_tests(wa[informative], wb[informative], share_margin)}
-    return res | headline.decide(res, delta, margin, share_margin=share_margin)
+    return res | headline.decide(res, delta, margin, alpha, share_margin=share_margin)
 
 
 def answer(p_different: float, p_equivalent: float, alpha: float) -> str:

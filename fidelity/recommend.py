@@ -288,7 +288,7 @@ def trust_tests(blocks: ImageBlocks, cands: list[int], alpha: float = ALPHA) -> 
     tests = {}
     for i, j in pairs:
         x = blocks.image_values(i, j)
-        tests[(i, j)] = (x, compare(x))
+        tests[(i, j)] = (x, compare(x, alpha=alpha))
     # a mixed pair (one breaks more images, the other is closer on those both broke) excludes neither
     p = np.array([[1.0 if tests[q][1]["mixed"] else tests[q][1]["p_different"] for q in pairs]]) if pairs \
         else np.zeros((1, 0))
@@ -358,7 +358,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     for c, pe in zip(others, p_eq):
         x, _ = tests[(min(top, c), max(top, c))]
         vals = x if c < top else swapped(x)                   # the member against the top pick
-        res = compare(vals)
+        res = compare(vals, alpha=alpha)
         word = "mixed" if res["mixed"] else answer(1.0, pe, alpha)  # not different: it was kept
         need = images_to_decide(vals, alpha / max(len(others), 1)) if word == "inconclusive" else None
         members.append(_member(g.iloc[c], ci[c]) | {

@@ -49,7 +49,7 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
             steps_scale: float = 1.0, batch_size: int = 0, device: str = "auto",
             workers: int | None = None, timeout_s: float = 900.0,
             out: str | os.PathLike | None = None, progress: bool = True, retry: str | None = None,
-            name: str | None = None) -> "Result":
+            name: str | None = None, until_decided: int | None = None) -> "Result":
     """Run every matching attack implementation on ``model`` and say which ones to trust.
 
     Parameters
@@ -108,6 +108,11 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         What the model is called in the rows' ``model`` column, progress bars, flags, ``explain``
         and reports (letters, digits, ``_``, ``.``, ``-``); None: its class name. The model's
         source stays a file of the run directory; another name resumes the same run.
+    until_decided : int, optional
+        A cap above ``samples``: judge on ``samples`` images, then run only the family × norm rows
+        still inconclusive again on doubling nested subsets up to this many images (or all N), the
+        error rate spent across the looks (``attackaudit run --until-decided``; docs/statistics.md).
+        The looks are in the manifest's ``looks``; the verdicts are those of each row's last look.
 
     Returns
     -------
@@ -134,6 +139,11 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if retry not in (None, "crashed"):
         raise ValueError(f"retry must be None or 'crashed', got {retry!r}")
+    if until_decided is not None:
+        _check_int("until_decided", until_decided, 1)
+        if until_decided <= samples:
+            raise ValueError(f"until_decided must be larger than samples ({samples}, the first look's images), "
+                             f"got {until_decided}")
     label = model_name(model, name)
     run_dir = _run_dir(out)
     dataset = save_data(run_dir, x, y)
@@ -142,7 +152,8 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
              "dataset": dataset, **names, "plugins": plugin_paths,
              "budget": budget, "samples": samples, "seed": seed, "targeted": targeted, "metamorphic": metamorphic,
              "steps_scale": float(steps_scale), "batch_size": batch_size, "device": device,
-             "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress, "retry": retry or ""}
+             "workers": max(1, workers), "timeout_s": float(timeout_s), "quiet": not progress, "retry": retry or "",
+             "until_decided": until_decided or 0}
     _run_grid(model, handoff, flags, run_dir, notes)
     return Result(run_dir)
 
@@ -328,7 +339,7 @@ def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run
     from attackaudit.run.config import ConfigError, resolve
     from attackaudit.run.executors import InProcessExecutor
     from attackaudit.run.faults import HarnessFault
-    from attackaudit.run.runner import run
+    from attackaudit.run.sequential import run_grid
     from attackaudit.sources.user_model import registered
 
     def say(note: str) -> None:
@@ -345,7 +356,7 @@ def _run_grid(model: "nn.Module", handoff: "Handoff", flags: dict[str, Any], run
     try:
         config = resolve(None, flags)
         with registered(model, handoff):
-            summary = run(config, executor=None if handoff.isolated else InProcessExecutor(), say=say)
+            summary = run_grid(config, executor=None if handoff.isolated else InProcessExecutor(), say=say)
     except ConfigError as exc:
         message = str(exc)
         if "holds a run with a different config" in message:  # another model, data or grid in ``out``

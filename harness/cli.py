@@ -120,7 +120,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def _run_flags(args: argparse.Namespace) -> dict:
     flags = grid_flags(args, GRID_VALUES + ["out", "preset", "libraries", "executor", "scheduler", "batch_size",
                                             "memory_limit_mb", "dataset", "model_dir", "threat_model", "repeat",
-                                            "retry"],
+                                            "retry", "until_decided"],
                        GRID_SWITCHES + ["metamorphic", "force", "strict", "allow_download", "trust_checkpoint"])
     flags["plugins"] = args.plugin
     return flags
@@ -132,13 +132,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attackaudit.sources.model_checks import ModelCheckError
     from attackaudit.sources.models import ModelSourceError
     from attackaudit.run.faults import HarnessFault
-    from attackaudit.run.runner import run
+    from attackaudit.run.sequential import run_grid
     from attackaudit.results.store import RunDirError
 
     try:
         toml = load_toml(args.config) if args.config else None
         config = resolve(toml, _run_flags(args))
-        summary = run(config)
+        summary = run_grid(config)
     except (ConfigError, RunDirError, DataSourceError, ModelSourceError, ModelCheckError, HarnessFault) as exc:
         raise UsageError(str(exc)) from None
     print(summary.line(), file=sys.stderr if config.quiet else sys.stdout)
@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry", choices=["crashed"], help="crashed: also run again the finished jobs that crashed "
                                                          "(jobs whose worker failed before the attack always run again)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
+    p.add_argument("--until-decided", dest="until_decided", type=int, metavar="CAP",
+                   help="judge at --samples, then run only the undecided family x norm rows again on doubling "
+                        "nested subsets up to CAP images (or the dataset's size), the error rate spent across "
+                        "the looks; the looks go to OUT/looks/ and OUT/manifest.json")
     p.set_defaults(func=cmd_run)
 
     from attackaudit.reports import command as report_command

@@ -132,9 +132,8 @@ def behind_envelope(dist: pd.DataFrame, env: pd.DataFrame, impl: str, version: s
 def explain(run: Path, implementation: str, norm: str | None = None, images: int = WORST_IMAGES) -> list[str]:
     """The lines ``attackaudit explain`` prints."""
     from attackaudit import fidelity
+    from .looks import recommend_looks
     from .tables import sample_distances
-
-    from attackaudit.results.store import dataset_images
 
     table, manifests, _ = load_runs([Path(run)])
     impl = resolve_implementation(table["implementation"].astype(str).tolist(), implementation)
@@ -146,7 +145,7 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
         norms = [norm]
     flags = fidelity.flags(table)
     board = fidelity.leaderboard(table)
-    rec = fidelity.recommend(table, flags, board=board, dataset_images=dataset_images(manifests))
+    rec, _ = recommend_looks(table, flags, board, [Path(run)], manifests)  # a run's looks: its last look's verdicts
     local = fidelity.local_optimality(table)
     env = fidelity.envelope(table)
     dist = sample_distances(table)

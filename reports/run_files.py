@@ -10,27 +10,13 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
-from attackaudit.results.store import load_run, read_manifest
+from attackaudit.results.store import load_exact, load_run, read_manifest
 
 if TYPE_CHECKING:
     from .tables import ReportData
 
 
 # ------------------------------------------------------------------------------------ reading
-def load_exact(run_dir: Path) -> pd.DataFrame | None:
-    """Exact distances stored by ``attackaudit exact`` under ``run_dir/exact``; None when absent.
-    Unreadable files are skipped; the ``adversarial`` column (verified inputs) is dropped."""
-    frames = []
-    for path in sorted((Path(run_dir) / "exact").glob("*.parquet")):
-        try:
-            frame = pd.read_parquet(path)
-        except Exception:
-            continue
-        frames.append(frame.drop(columns=[c for c in ("adversarial",) if c in frame.columns]))
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
 def load_repeats(run_dirs: Iterable[Path | str]) -> pd.DataFrame | None:
     """The second seeded runs that ``run --repeat 2`` stored beside the first (``store.repeat_dir``),
     merged; None when no directory has one."""

@@ -18,7 +18,7 @@ import pandas as pd
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
-from attackaudit.results.store import dataset_images
+from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
 
 #: statuses a job can end with that are not a clean finish
@@ -353,7 +353,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         flags_df = fidelity.flags(table, repeats)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
-    rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests))
+    rec, look_notes = recommend_looks(table, flags_df, board, runs, manifests)  # --until-decided: looks.py
     flags_df, seeds = with_severity(flags_df), seed_twin_table(table, flags_df, declared_randomised(manifests))
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)
@@ -370,7 +370,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         except Exception as exc:
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")
     summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
-    notes += more + measurement_notes(table, local)
+    notes += look_notes + more + measurement_notes(table, local)
     # the per-sample distances and the envelope, once for the curves and the scatter plots
     dist, env = sample_distances(table), fidelity.envelope(table)
     curves = _curves(dist, env, local, exact)

@@ -25,7 +25,7 @@ AUDIT_APP = {"attackaudit.audit", "attackaudit.audit.command", "attackaudit.audi
 ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__", "attackaudit.api"}  # api: the notebook entry
 #: the harness modules that run jobs; reports and adapters stay clear of them
 RUNNER = {"attackaudit.run.runner", "attackaudit.run.job", "attackaudit.run.executors", "attackaudit.run.worker",
-          "attackaudit.run.faults",
+          "attackaudit.run.faults", "attackaudit.run.sequential",
           "attackaudit.measure.tracker", "attackaudit.measure.attribution", "attackaudit.measure.query_ledger",
           "attackaudit.measure.best_keeper", "attackaudit.measure.query_window"}
 

@@ -100,6 +100,26 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
                        (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
+def update_manifest(run_dir: Path, **fields: object) -> None:
+    """Add (or replace) ``fields`` in ``run_dir``'s manifest, atomically (the runner writes the
+    manifest first; a run that extends until decided adds its looks)."""
+    write_manifest(run_dir, (read_manifest(run_dir) or {}) | fields)
+
+
+def load_exact(run_dir: Path) -> pd.DataFrame | None:
+    """Exact distances stored by ``attackaudit exact`` under ``run_dir/exact``; None when absent.
+    Unreadable files are skipped; the ``adversarial`` column (verified inputs) is dropped."""
+    frames = []
+    for path in sorted((Path(run_dir) / "exact").glob("*.parquet")):
+        try:
+            frame = pd.read_parquet(path)
+        except Exception:
+            continue
+        frames.append(frame.drop(columns=[c for c in ("adversarial",) if c in frame.columns]))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def load_run(run_dir: str | Path) -> pd.DataFrame:
     """All per-sample rows of a run (one row per sample per job), as a pandas DataFrame. A model
     named in the manifest's ``model_names`` (``attackaudit.compare(name=...)``) is shown by its name.

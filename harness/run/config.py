@@ -28,6 +28,9 @@ NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force"
                      "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
                      "repeat",  # the repeat is a second run beside the first: adding it resumes the first
                      "retry",
+                     # how many looks judge the jobs, not what a job computes: a plain run of the
+                     # first look's size resumes as the first look (run/sequential.py)
+                     "until_decided",
                      "model_names"}  # how a model is shown, not what runs: renaming one resumes its run
 
 
@@ -74,6 +77,9 @@ class RunConfig:
     force: bool = False
     strict: bool = False
     retry: str = ""  # "crashed": finished jobs that crashed run again (runner.RETRY_STATUSES)
+    # a cap > samples: judge at samples, then extend the undecided family × norm rows along the
+    # nested subsets (doubling) up to the cap or the dataset's size (run/sequential.py); 0: one look
+    until_decided: int = 0
     # model source -> the name rows, bars and pages show (attackaudit.compare's name=; store.model_label)
     model_names: dict[str, str] = field(default_factory=dict)
 
@@ -178,6 +184,11 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"--repeat must be 1 or 2 (a second seeded run to compare with), got {config.repeat}")
     if config.retry not in ("", "crashed"):
         raise ConfigError(f"--retry {config.retry!r} is not one of: crashed")
+    if config.until_decided < 0:
+        raise ConfigError(f"--until-decided must be a positive number of images (the cap), got {config.until_decided}")
+    if config.until_decided and config.until_decided <= config.samples:
+        raise ConfigError(f"--until-decided {config.until_decided} must be larger than --samples {config.samples} "
+                          "(the first look's images), or 0 for one look")
     if config.steps_scale <= 0:
         raise ConfigError(f"steps_scale must be positive, got {config.steps_scale}")
     for plugin in config.plugins:

@@ -1,0 +1,105 @@
+"""Runs that extend until decided: the looks' sizes, the α each look spends, and which family × norm
+rows a look leaves open (``attackaudit run --until-decided CAP``; the harness's
+``run/sequential.py`` runs the looks, docs/statistics.md "Runs that extend until decided" says why).
+
+A run judges its rows at nested sizes n₁ < n₂ < … < n_K (``look_sizes``: the first ``--samples``,
+then doubling, the last the cap): a row still *inconclusive* at look k runs again at n_{k+1}
+(subsets nest, so its first n_k images are the same); every other row stops where it is.
+
+**Error control across looks: α spending.** With the spending function α(t) = α·t of the
+information fraction t_k = n_k / n_K, look k judges every row it holds at the increment
+a_k = α(t_k) − α(t_{k−1}) (``look_alphas``), every claim of a verdict at that level: the difference
+tests that exclude an implementation ("clear", a crossing "mixed") and the equivalence tests of
+"tied" (``recommend(alpha=a_k)``, which passes it on to ``equivalence.compare`` and the headline).
+A row makes a false claim across the looks only if it makes one at some look, so by the union
+bound its chance is at most Σ a_k = α, whatever the dependence between the looks (the images of
+look k are among those of look k+1). The linear function spends early looks' α in proportion to
+their images: a decision on few images is not bought with the last look's power.
+
+Everything here is a pure function of result tables (no I/O): ``judge`` is the verdict of one look.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from attackaudit.results.schema import HARNESS_ERROR
+
+from .flags import flags
+from .leaderboard import leaderboard
+from .recommend import recommend
+from .stats import ALPHA
+
+#: the verdicts that stop a row (``recommend.VERDICTS`` but "inconclusive"): more images change
+#: nothing they claim
+DECIDED = ("clear", "tied", "only implementation", "none")
+
+
+def look_sizes(first: int, cap: int) -> list[int]:
+    """The nested sizes of the looks: ``first``, then doubling while below ``cap``, then ``cap``
+    (``[16, 32, 64]`` for 16 and 64; ``[16, 32, 64, 100]`` for 16 and 100; ``[first]`` when
+    ``cap <= first``)."""
+    if first <= 0:
+        raise ValueError(f"the first look needs a positive number of images, got {first}")
+    sizes = [first]
+    while sizes[-1] < cap:
+        sizes.append(min(2 * sizes[-1], cap))
+    return sizes
+
+
+def spent(t: float, alpha: float = ALPHA) -> float:
+    """α(t) = α·t, the α spent up to information fraction ``t`` (clipped to [0, 1])."""
+    return alpha * float(np.clip(t, 0.0, 1.0))
+
+
+def look_alphas(sizes: list[int], alpha: float = ALPHA) -> list[float]:
+    """(K,) the level each look judges at: a_k = α(n_k / n_K) − α(n_{k−1} / n_K), summing to
+    α over the looks (one look: α itself)."""
+    fractions = [n / sizes[-1] for n in sizes]
+    return [spent(t, alpha) - spent(prev, alpha) for prev, t in zip([0.0] + fractions[:-1], fractions)]
+
+
+def row_key(family: str, norm: str) -> str:
+    """``"apgd/linf"``: a family × norm row as the manifest's looks name it."""
+    return f"{family}/{norm}"
+
+
+def is_open(row: pd.Series | dict) -> bool:
+    """Whether a recommendation row is undecided: "inconclusive" with a member neither shown
+    equivalent nor different (a row whose open members are all "mixed" is decided: the endpoints
+    disagree, and more images will not order them)."""
+    if row["verdict"] in DECIDED:
+        return False
+    members = list(row.get("trust_set") or [])[1:]
+    return not members or any(m.get("answer") != "mixed" for m in members if m.get("answer") != "equivalent")
+
+
+def verdicts(rec: pd.DataFrame) -> dict[str, str]:
+    """``{"family/norm": verdict}`` of a recommendation table, an open row's verdict "inconclusive",
+    a decided inconclusive row (its members only "mixed") "mixed"."""
+    return {row_key(r["family"], r["norm"]): ("inconclusive" if is_open(r) else
+                                              "mixed" if r["verdict"] == "inconclusive" else str(r["verdict"]))
+            for _, r in rec.iterrows()}
+
+
+def judge(table: pd.DataFrame, alpha: float, repeats: pd.DataFrame | None = None,
+          exact: pd.DataFrame | None = None, dataset_images: int | None = None) -> pd.DataFrame:
+    """The recommendation of one look's rows at its level ``alpha``: the flags (``repeats``: the
+    second seeded run of ``--repeat 2``; ``exact``: exact minimal distances, left out of a targeted
+    run as the report leaves them), the leaderboard and ``recommend``, as ``attackaudit report``
+    computes them. Empty when no row has a result."""
+    if "status" in table.columns:
+        table = table[table["status"].astype(str) != HARNESS_ERROR]
+    if table.empty:
+        return pd.DataFrame(columns=["family", "norm", "verdict", "trust_set"])
+    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
+        exact = None
+    try:
+        found = flags(table, repeats, exact=exact)
+    except ValueError:
+        raise
+    except Exception:  # exact distances that do not match the rows: judged without them, as the report does
+        if exact is None:
+            raise
+        found = flags(table, repeats)
+    return recommend(table, found, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)

@@ -1,0 +1,31 @@
+"""A look of a run that extends until decided, read back: the directory each look's run lives in
+and its verdicts at the α it spent. One definition for the runner, which judges each look to choose
+the rows it extends (``run/sequential.py``), and the report, which shows each row's last look
+(``reports/looks.py``): both read the same rows the same way, so they say the same."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attackaudit.fidelity.sequential import judge
+from attackaudit.results.store import load_exact, load_run, read_manifest, repeat_dir
+
+#: where the looks after the first live in a run directory: ``OUT/looks/n<images>``
+LOOKS_DIR = "looks"
+
+
+def look_dir(out: Path, look: int, images: int) -> Path:
+    """The run directory of look ``look`` (1-based): ``out`` for the first, ``out/looks/n<images>`` after."""
+    return Path(out) if look == 1 else Path(out) / LOOKS_DIR / f"n{images}"
+
+
+def judge_run(run_dir: Path, alpha: float) -> pd.DataFrame:
+    """The recommendation of one look's run directory at its level ``alpha``
+    (``fidelity.sequential.judge`` on its rows, its ``--repeat`` rows and exact distances, as
+    ``attackaudit report`` reads them). Raises FileNotFoundError for a missing directory."""
+    again = repeat_dir(run_dir)
+    repeats = load_run(again) if again.is_dir() else None
+    manifest = read_manifest(run_dir) or {}
+    return judge(load_run(run_dir), alpha, repeats if repeats is not None and len(repeats) else None,
+                 load_exact(run_dir), manifest.get("dataset_images"))
