@@ -4,7 +4,8 @@ the attacked subset, the models) or how the jobs are executed, as a user would s
 
 Nothing is attacked: ``compare`` is stopped where it hands its flags to the runner
 (``api._run_grid``, which resolves them and runs the plan), the command line where it calls
-``runner.run`` or ``audit``; the config is then planned as the runner would plan it. Each table
+``sequential.run_grid`` (``runner.run``, or the looks of ``--until-decided``) or ``audit``; the
+config is then planned as the runner would plan it. Each table
 must name every argument or flag there is, so a new one cannot go untested.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 import attackaudit.api as api
 import attackaudit.audit.command as audit_command
-import attackaudit.run.runner as runner
+import attackaudit.run.sequential as sequential
 from attackaudit.api import compare
 from attackaudit.cli import build_parser, main
 from attackaudit.run.config import ConfigError, RunConfig, resolve
@@ -101,9 +102,11 @@ COMPARE = {
     "progress": (lambda m, x, y: False, "config"),
     "retry": (lambda m, x, y: "crashed", "config"),
     "name": (lambda m, x, y: "mynet", "config"),
+    "until_decided": (lambda m, x, y: 24, "config"),
 }
 #: the config field each config-level argument sets
-CONFIG_FIELD = {"timeout_s": "timeout_s", "out": "out", "progress": "quiet", "retry": "retry", "name": "model_names"}
+CONFIG_FIELD = {"timeout_s": "timeout_s", "out": "out", "progress": "quiet", "retry": "retry", "name": "model_names",
+                "until_decided": "until_decided"}
 
 
 def test_the_table_names_every_argument_of_compare():
@@ -189,6 +192,7 @@ RUN_FLAGS = {
     "--force": ([], {"force"}),
     "--retry": (["crashed"], {"retry"}),
     "--strict": ([], {"strict"}),
+    "--until-decided": (["64"], {"until_decided"}),
 }
 
 
@@ -200,7 +204,7 @@ def run_config(monkeypatch, argv: list[str]) -> tuple[RunConfig | None, int]:
         seen["config"] = config
         return types.SimpleNamespace(line=lambda: "1 job", run_dir=Path(config.out), counts={"crash": 1})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(sequential, "run_grid", fake_run)
     code = main(["run", *argv])
     return seen.get("config"), code
 

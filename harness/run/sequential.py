@@ -35,7 +35,8 @@ from attackaudit.fidelity.sequential import is_open, look_alphas, look_sizes, ro
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.run.config import RunConfig
 from attackaudit.run.executors import Executor
-from attackaudit.run.runner import RunSummary, run
+from attackaudit.run import runner  # runner.run looked up at each call (a test stops it there)
+from attackaudit.run.runner import RunSummary
 from attackaudit.results.looks import judge_run, look_dir
 from attackaudit.results.store import read_manifest, update_manifest
 
@@ -92,7 +93,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
         where = look_dir(out, k, images)
         look_config = replace(config, out=str(where), samples=images, attacks=attacks, until_decided=0,
                               force=config.force or k > 1)  # a later look's directory holds only its own specs
-        summaries.append(run(look_config, executor, say if k == 1 else (lambda note: None)))
+        summaries.append(runner.run(look_config, executor, say if k == 1 else (lambda note: None)))
         update_manifest(where, alpha=alpha, look=k)
         rec = judge_run(where, alpha)
         rows = verdicts(rec)
@@ -124,4 +125,4 @@ def run_grid(config: RunConfig, executor: Executor | None = None,
     ``attackaudit run`` and ``attackaudit.compare`` call."""
     if config.until_decided:
         return run_until_decided(config, executor, say)
-    return run(config, executor) if say is None else run(config, executor, say)
+    return runner.run(config, executor) if say is None else runner.run(config, executor, say)
