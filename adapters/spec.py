@@ -56,10 +56,13 @@ class FixedEpsAttack(Protocol):
     - ``per_sample_eps=False`` (the default): ``eps`` is a Python ``float``, one ε for all N rows.
       Each round groups the rows still searched by their ε: all rows that share one ε go into one
       call, and rows at different ε into different calls (rows at the same ε interact, e.g.
-      through batch statistics or a shared step size, only with each other).
+      through batch statistics or a shared step size, only with each other). The bisection runs
+      on a grid shared by all rows (``minimal.GRID_STEPS`` points per octave), so a round makes
+      few calls however many rows it searches.
     - ``per_sample_eps=True``: one call per round with every row still searched; ``eps`` is a
       float32 tensor of shape (N,), one ε per row, **on the CPU** whatever the job's device (move
-      it: ``eps.to(inputs.device)``).
+      it: ``eps.to(inputs.device)``). Declare it only where each row gets what a scalar call at its
+      ε gives (tests/test_per_sample_eps_conformance.py checks the built-in specs so).
 
     ε is in the spec's norm on [0, 1] inputs (L0: a number of pixels). A returned row counts as
     a success at ε only if it is adversarial and its distance is at most ε (0.1% slack): project

@@ -2,7 +2,9 @@
 
 Conventions converted here: targeted runs call ``set_mode_targeted_by_label(quiet=True)`` and
 pass the targets where the labels go (FAB instead needs the true labels plus a target map, see
-``_run``); ε is a scalar (``eps``; PGD/BIM step ``alpha`` relative to it); the class count that
+``_run``); ε (``eps``; PGD/BIM step ``alpha`` relative to it) is an N×1×1×1 tensor for the
+attacks that broadcast it (``per_sample_eps``, where a probe on a tiny model says this release
+does; else one call per distinct ε), a float for the others; the class count that
 APGDT and FAB hard-code to 10 comes from the model; the output is detached (APGD's keeps
 ``requires_grad``). APGD, APGDT and FAB reseed the global torch RNG with their ``seed`` on every
 call, so a job stays reproducible but later draws in the same process repeat.
@@ -12,9 +14,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
-from .release import Unsupported, bridge_keywords, call_accepting
+from .release import (Unsupported, bridge_keywords, call_accepting, per_eps_group, probe_inputs, supports,
+                      tiny_classifier)
 from .spec import AttackSpec, num_classes
 
 LIBRARY = "torchattacks"
@@ -37,9 +41,25 @@ def _run(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, target
     target map (``set_mode_targeted_by_label`` would make it compare the prediction with the
     target as if it were the label, and attack nothing).
     """
+    if isinstance(eps, Tensor) and not _tensor_eps_works(attack_cls, alpha_scale, params):
+        def scalar(x: Tensor, y: Tensor, t: Tensor | None, e: float) -> Tensor:
+            return _run(attack_cls, model, x, y, targeted=targeted, targets=t, eps=e, alpha_scale=alpha_scale,
+                        with_classes=with_classes, target_by_map=target_by_map, **params)
+        return per_eps_group(scalar, inputs, labels, targets, eps)
+    return _call(attack_cls, model, inputs, labels, targeted=targeted, targets=targets, eps=eps,
+                 alpha_scale=alpha_scale, with_classes=with_classes, target_by_map=target_by_map, **params)
+
+
+def _call(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, targeted: bool, targets: Tensor | None,
+          eps: float | Tensor | None, alpha_scale: float, with_classes: bool, target_by_map: bool,
+          **params: Any) -> Tensor:
+    """``_run`` without the probe: ``eps`` a float or an (N,) tensor, as given."""
     kw = dict(params)
     if eps is not None:
-        kw["eps"] = float(eps)  # the specs are not per-sample: the harness passes a float
+        # per-sample ε (N) as N×1×…×1 on the inputs' device, which the attacks that declare
+        # per_sample_eps broadcast (tests/test_per_sample_eps_conformance.py); else a float
+        kw["eps"] = (eps.to(device=inputs.device, dtype=inputs.dtype).view(-1, *[1] * (inputs.dim() - 1))
+                     if isinstance(eps, Tensor) else float(eps))
         if alpha_scale:
             kw["alpha"] = alpha_scale * kw["eps"] / kw["steps"]
     if with_classes:
@@ -52,6 +72,27 @@ def _run(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, target
         y = labels if target_by_map else targets
     adv = attack(inputs, y)
     return adv.detach().to(device=inputs.device, dtype=inputs.dtype)
+
+
+def _tensor_eps_works(attack_cls, alpha_scale: float, params: dict[str, Any]) -> bool:
+    """Whether this release's ``attack_cls`` gives each row of a per-sample ε tensor the row a
+    scalar call at that row's ε gives: two steps on a tiny model of its own (cached per process,
+    ``release.supports``). Releases where it does not (or raises) get one call per distinct ε."""
+    def probe() -> None:
+        x, y = probe_inputs()
+        model = tiny_classifier()
+        y = model(x).argmax(1)  # rows the model classifies as labelled, as the search passes them
+        small = {**params, **({"steps": 2} if "steps" in params else {})}
+        eps = torch.tensor([0.1, 0.2])
+        common = {"targeted": False, "targets": None, "alpha_scale": alpha_scale, "with_classes": False,
+                  "target_by_map": False, **small}
+        both = _call(attack_cls, model, x, y, eps=eps, **common)
+        for row, value in enumerate(eps.tolist()):
+            alone = _call(attack_cls, model, x, y, eps=value, **common)
+            if not torch.allclose(both[row], alone[row], atol=1e-6):
+                raise ValueError(f"row {row} differs from its scalar call")
+
+    return supports(("torchattacks", attack_cls.__name__, str(params.get("norm")), str(params.get("loss"))), probe)
 
 
 def _set_targeted(attack, targets: Tensor | None) -> None:
@@ -76,7 +117,7 @@ def specs() -> list[AttackSpec]:
     out: list[AttackSpec] = []
 
     def add(cls, family: str, spec_norm: str, kind: str, steps_param: str = "steps",
-            targeted_support: bool = True, variant: str = "", note: str = "",
+            targeted_support: bool = True, variant: str = "", note: str = "", per_sample_eps: bool = False,
             run_kw: dict[str, Any] | None = None, **params: Any) -> None:
         # feature detection, not version checks: a release without the class does not have this
         # spec; one whose class takes other hyperparameters is bridged or ``unsupported`` when run
@@ -86,14 +127,14 @@ def specs() -> list[AttackSpec]:
         out.append(AttackSpec(
             LIBRARY, cls.__name__, family, spec_norm, kind, dict(params, **run_kw),
             partial(_run, cls, **run_kw, **params), targeted_support=targeted_support,
-            steps_param=steps_param, variant=variant, note=note))
+            steps_param=steps_param, variant=variant, note=note, per_sample_eps=per_sample_eps))
 
     untargeted = "torchattacks {} supports only the default (untargeted) mode"
     for norm in ("l2", "linf"):
         # ~one forward and one backward per step: 100 steps ~ 200 queries per call
         for loss in ("ce", "dlr"):
             add(getattr(ta, "APGD", None), "apgd", norm, "fixed", targeted_support=False, variant=loss,
-                note=untargeted.format("APGD"), norm=NAMES[norm], steps=100, n_restarts=1,
+                note=untargeted.format("APGD"), per_sample_eps=True, norm=NAMES[norm], steps=100, n_restarts=1,
                 loss=loss, seed=0, eot_iter=1, rho=0.75, verbose=False)
         # APGDT tries every other class in turn (n_classes - 1 targets) to reach any
         # misclassification: 10 steps per target keep a call near 200 queries.
@@ -103,8 +144,10 @@ def specs() -> list[AttackSpec]:
             eot_iter=1, rho=0.75, verbose=False)
     add(getattr(ta, "PGD", None), "pgd", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
     add(getattr(ta, "PGDL2", None), "pgd", "l2", "fixed", run_kw={"alpha_scale": 2.5}, steps=100, random_start=True)
-    add(getattr(ta, "BIM", None), "bim", "linf", "fixed", run_kw={"alpha_scale": 2.5}, steps=100)
-    add(getattr(ta, "FGSM", None), "fgm", "linf", "fixed", steps_param="")
+    # per-sample ε: APGD, BIM and FGSM broadcast an N×1×1×1 ε (APGDT takes its rows apart per
+    # target, PGD's random start needs a float, PGDL2 divides by an (N,) norm)
+    add(getattr(ta, "BIM", None), "bim", "linf", "fixed", run_kw={"alpha_scale": 2.5}, per_sample_eps=True, steps=100)
+    add(getattr(ta, "FGSM", None), "fgm", "linf", "fixed", steps_param="", per_sample_eps=True)
     fab_note = ("torchattacks 3.5.1 FAB: targeted runs count any misclassification as success, and "
                 "the targets shift when the batch holds an already misclassified sample (the target "
                 "map is indexed by positions among the correctly classified ones)")

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from attackaudit.measure.minimal import EPS_SLACK, BallRecord, eps_ceiling, inside_ball, minimal_search
+from attackaudit.measure.minimal import (EPS_SLACK, GRID_STEPS, RELATIVE_PRECISION, BallRecord, eps_ceiling, inside_ball,
+                                         minimal_search)
 from attackaudit.measure.tracker import QueryTracker
 from test_mutants_measure import MeanModel, images
 
@@ -167,21 +168,29 @@ def test_a_record_keeps_the_first_of_equal_ratios_and_failures_and_the_last_row_
     assert r.widest_eps.tolist() == [2.0] and r.widest.tolist() == [[0.5] * 4]  # the last row at ε 2
 
 
-def test_the_search_stops_when_the_bracket_is_within_its_precision():
-    """Minimal ε 2 exactly, from ε 1: the bracket [1, 2] halves until (hi − lo) / hi < 1/64, which
-    first holds at width 1/64 (not at 1/32, where the ratio is exactly 1/64)."""
+@pytest.mark.parametrize("per_sample_eps", [True, False])
+def test_the_search_stops_when_the_bracket_is_within_its_precision(per_sample_eps):
+    """Minimal ε 2 exactly, from ε 1: the bracket [1, 2] shrinks until (hi − lo) / hi < 1/64.
+    Per-sample ε halves it linearly, which first holds at width 1/64 (not at 1/32, where the ratio
+    is exactly 1/64). One ε per call bisects on the shared grid 2^(k/45) (the k of [0, 45] halved,
+    rounded to even), which first holds at the neighbours 2^(44/45) and 2: one call fewer."""
     tried = []
 
     def attack(idx, x, eps):
-        tried.append(eps)
+        tried.append(float(eps[0]) if isinstance(eps, torch.Tensor) else eps)
         return x
 
     def success(adv, idx):
         return torch.tensor([bool(tried) and tried[-1] >= 2.0])
 
     best = minimal_search(attack, torch.zeros(1, 4), "l1", success, lambda: torch.zeros(1), 10**6,
-                          eps_start=1.0, clean_adversarial=torch.tensor([False]))
-    assert tried == [1.0, 2.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375]
+                          per_sample_eps=per_sample_eps, eps_start=1.0, clean_adversarial=torch.tensor([False]))
+    if per_sample_eps:
+        assert tried == [1.0, 2.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375]
+    else:
+        assert GRID_STEPS == 45
+        assert tried == pytest.approx([1.0, 2.0] + [2 ** (k / 45) for k in (22, 34, 40, 42, 44)], rel=1e-6)
+        assert (2 - tried[-1]) / 2 < RELATIVE_PRECISION <= (2 - tried[-2]) / 2
     assert best.tolist() == [[0.0] * 4]
 
 

@@ -4,6 +4,16 @@ Per sample: start at a norm-specific ε, double until the attack succeeds, then 
 the largest failing and the smallest successful ε, all inside the one query budget the
 QueryTracker enforces. The adversarial found at the smallest successful ε is returned.
 
+A spec that takes one ε per call (``per_sample_eps=False``) is called once per distinct ε of a
+round, so its bisection runs on a shared grid: the ε ``start·2^(k/GRID_STEPS)`` (integer k), which
+holds the doubling's ε too. Each sample's next ε is the grid point nearest the middle (in k) of
+its bracket, strictly inside it, so samples whose brackets are alike share a call and the bracket
+still shrinks every round. ``GRID_STEPS`` is the fewest grid points per octave whose neighbours
+meet ``RELATIVE_PRECISION``: the search stops by the same rule, and a bracket of two neighbours
+is the last one; the linear midpoints, which finish at widths of 1/128 to 1/64 after their own
+paths, needed a distinct ε for nearly every image by then. A spec with one ε per sample gets
+one call per round whatever the ε, and keeps the linear midpoints.
+
 One budget for everyone: the search's own success check of each returned batch is a forward
 through the QueryTracker, charged to its samples like any attack query (so a fixed-ε attack pays
 for the steering a minimum-norm attack pays for too); the check of the clean inputs is the
@@ -18,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -29,6 +41,9 @@ EPS_START = {"l0": 4.0, "l1": 2.0, "l2": 0.5, "linf": 0.03}
 RELATIVE_PRECISION = 1 / 64
 #: a returned point may exceed ε by this much (relative) and still count as inside the ball
 EPS_SLACK = 1e-3
+#: points per octave of the shared ε grid: the fewest whose neighbours lo < hi meet
+#: (hi - lo) / hi < RELATIVE_PRECISION (45: 1 - 2^(-1/45) ≈ 0.0153 < 1/64)
+GRID_STEPS = math.ceil(-1 / math.log2(1 - RELATIVE_PRECISION))
 
 SuccessCheck = Callable[[Tensor, Tensor], Tensor]  # (adversarial rows, sample indices) -> bool mask
 #: ``attack(sample indices (K), their inputs (K×…), ε: one float, or K floats on the CPU) -> K×…``;
@@ -127,7 +142,8 @@ def minimal_search(attack: BallAttack, inputs: Tensor, norm: str,
     """
     n, dim = len(inputs), inputs[0].numel()
     ceiling = eps_ceiling(norm, dim)
-    eps = torch.full((n,), float(eps_start or EPS_START[norm]))
+    start = float(eps_start or EPS_START[norm])
+    eps = torch.full((n,), start)
     lo = torch.zeros(n)
     hi = torch.full((n,), float("inf"))
     best = inputs.clone()
@@ -156,8 +172,39 @@ def minimal_search(attack: BallAttack, inputs: Tensor, norm: str,
             lo[idx[~ok]] = torch.maximum(lo[idx[~ok]], eps[idx[~ok]])
             best[idx[ok]] = adv[ok].to(best.dtype)
         unbounded = torch.isinf(hi)
-        eps = torch.where(unbounded, eps * 2, (lo + hi) / 2)
+        eps = torch.where(unbounded, eps * 2, (lo + hi) / 2 if per_sample_eps else grid_midpoint(lo, hi, start))
         done = (~unbounded & ((hi - lo) / hi < RELATIVE_PRECISION)) | (unbounded & (lo >= ceiling))
         eps = eps.clamp(max=ceiling)
         active &= ~done
     return best
+
+
+def grid_index(eps: Tensor, start: float) -> Tensor:
+    """Where ``eps`` (N, > 0) lies on the shared grid ``start·2^(k/GRID_STEPS)``: k, fractional
+    between grid points, float64; a grid point's own float32 value reads back as its integer k."""
+    k = torch.log2(eps.double() / start) * GRID_STEPS
+    return torch.where((k - k.round()).abs() < 1e-4, k.round(), k)
+
+
+def grid_eps(k: Tensor, start: float) -> Tensor:
+    """The grid's ε at integer indices ``k`` (N): one float32 value per k, the same in every call."""
+    return (start * torch.pow(2.0, k.double() / GRID_STEPS)).float()
+
+
+def grid_midpoint(lo: Tensor, hi: Tensor, start: float) -> Tensor:
+    """Per sample (N), the next ε of a bracket (``lo`` failed, ``hi`` succeeded; ``lo`` 0 when
+    nothing failed yet): the grid point nearest the bracket's middle in grid index, strictly
+    inside it; one octave down the grid when ``lo`` is 0 (``hi / 2`` for a grid point, as the
+    linear midpoint); the geometric middle when no grid point lies strictly inside (a bracket the
+    grid did not make: the ceiling, a caller's ``eps_start``). Brackets that are not finite get
+    ``hi`` back (the caller doubles those)."""
+    finite = torch.isfinite(hi) & (hi > 0)
+    safe_hi = torch.where(finite, hi, torch.ones_like(hi))
+    b = grid_index(safe_hi, start)
+    a = grid_index(torch.where(lo > 0, lo, safe_hi), start)
+    first, last = torch.floor(a) + 1, torch.ceil(b) - 1  # the grid points strictly inside (a, b)
+    k = torch.minimum(torch.maximum(torch.round((a + b) / 2), first), last)
+    k = torch.where(lo > 0, k, torch.ceil(b) - GRID_STEPS)
+    geometric = torch.sqrt(lo * safe_hi).float()
+    middle = torch.where((lo > 0) & (first > last), geometric, grid_eps(k, start))
+    return torch.where(finite, middle, hi)
