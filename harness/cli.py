@@ -120,7 +120,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def _run_flags(args: argparse.Namespace) -> dict:
     flags = grid_flags(args, GRID_VALUES + ["out", "preset", "libraries", "executor", "scheduler", "batch_size",
                                             "memory_limit_mb", "dataset", "model_dir", "threat_model", "repeat",
-                                            "retry", "until_decided"],
+                                            "retry", "until_decided", "exact"],
                        GRID_SWITCHES + ["metamorphic", "force", "strict", "allow_download", "trust_checkpoint"])
     flags["plugins"] = args.plugin
     return flags
@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry", choices=["crashed"], help="crashed: also run again the finished jobs that crashed "
                                                          "(jobs whose worker failed before the attack always run again)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any job crashed, timed out or was invalid")
+    p.add_argument("--no-exact", dest="exact", action="store_false", default=None,
+                   help="skip the exact minimal distances a run of digits-mlp or digits-mlp-tiny writes to OUT/exact/")
     p.add_argument("--until-decided", dest="until_decided", type=int, metavar="CAP",
                    help="judge at --samples, then run only the undecided family x norm rows again on doubling "
                         "nested subsets up to CAP images (or the dataset's size), the error rate spent across "
@@ -219,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_command.add_arguments(p)
     p.set_defaults(func=_guarded(explain_command.main))
 
-    p = sub.add_parser("exact", help="exact minimal L∞/L1 distances of a small ReLU net by MILP")
+    p = sub.add_parser("exact", help="exact minimal L∞/L1/L0/L2 distances of a small ReLU net by MILP (L2: MIQP)")
     exact_command.add_arguments(p)
     p.set_defaults(func=_guarded(exact_command.main))
 

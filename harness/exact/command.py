@@ -10,18 +10,12 @@ can be re-checked on the model; it is empty where none was found.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-EXACT_COLUMNS = ["model", "dataset", "subset_hash", "sample", "label", "norm", "exact_distance",
-                 "lower_bound", "upper_bound", "status", "solve_s", "adversarial_class", "adversarial",
-                 "flips_float32", "margin", "error"]
+from attackaudit.exact.cache import EXACT_COLUMNS, write_atomic  # noqa: F401  (EXACT_COLUMNS: the table's columns)
 
 
 def exact_path(out: Path, model: str, norm: str) -> Path:
@@ -29,18 +23,8 @@ def exact_path(out: Path, model: str, norm: str) -> Path:
     return Path(out) / "exact" / f"{safe}__{norm}.parquet"
 
 
-def _candidates(dataset: str, label: int) -> np.ndarray | None:
-    """Training points of other classes (N×D): misclassified ones seed the upper bound."""
-    if dataset != "digits":
-        return None
-    from attackaudit.sources.data import digits
-
-    x, y = digits("train")
-    return x[y != label].reshape(int((y != label).sum()), -1).double().numpy()
-
-
 def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_limit: float,
-              dataset: str = "digits", *, margin: float = 1e-4, progress=None) -> pd.DataFrame:
+              dataset: str = "digits", *, margin: float = 1e-4, progress=None, use_cache: bool = True) -> pd.DataFrame:
     """Solve every sample of the run's subset; returns the rows it wrote (EXACT_COLUMNS).
 
     ``time_limit`` is per sample (seconds). ``margin``: an adversarial must beat the label's logit
@@ -48,12 +32,14 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     and the tracker see — also misclassifies the stored adversarial: with a 1e-6 margin float32
     rounding of the logits (~1e-6) undoes about a third of them on digits-mlp; a larger margin
     (1e-4) fixes that at a distance cost of order margin/‖∇logits‖. ``progress``: optional
-    callable(row dict) after each sample. Raises ValueError/KeyError for an unknown model, dataset or norm and
-    ``UnsupportedLayer`` for a model the MILP cannot encode.
+    callable(row dict) after each sample. Samples solved before (the shipped tables, the cache:
+    ``exact.cache``) are read, not solved again, unless ``use_cache`` is False. Raises
+    ValueError/KeyError for an unknown model, dataset or norm and ``UnsupportedLayer`` for a
+    model the MILP cannot encode.
     """
     from attackaudit.sources.data import load_subset
-    from attackaudit.exact.encoding import check_encoding, encode_sequential
-    from attackaudit.exact.solver import NORMS, minimal_distance
+    from attackaudit.exact.cache import solve_subset
+    from attackaudit.exact.solver import NORMS
 
     if norm not in NORMS:
         raise ValueError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only")
@@ -61,72 +47,10 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
         raise ValueError(f"--margin must be ≥ 0, got {margin}")
     if time_limit <= 0:
         raise ValueError(f"--time-limit must be positive, got {time_limit}")
-    net = _load(model, dataset)
     subset = load_subset(dataset, samples, seed)
-    layers = encode_sequential(net, tuple(subset.inputs.shape[1:]))
-    check_encoding(net, layers, subset.inputs)
-    rows = []
-    for i in range(len(subset)):
-        label = int(subset.labels[i])
-        x0 = subset.inputs[i].reshape(-1).double().numpy()
-        start = time.perf_counter()
-        try:
-            r = minimal_distance(layers, x0, label, norm, time_limit=time_limit, margin=margin,
-                                 candidates=_candidates(dataset, label))
-            row = {"exact_distance": r.distance, "lower_bound": r.lower_bound, "upper_bound": r.upper_bound,
-                   "status": r.status, "solve_s": r.solve_s, "adversarial_class": r.adversarial_class,
-                   "adversarial": None if r.adversarial is None else r.adversarial.tolist(), "error": r.error}
-        except Exception as exc:  # one sample's failure is data, not the end of the command
-            row = {"exact_distance": np.nan, "lower_bound": np.nan, "upper_bound": np.nan, "status": "error",
-                   "solve_s": time.perf_counter() - start, "adversarial_class": -1, "adversarial": None,
-                   "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
-        row["flips_float32"] = _flips_float32(net, row["adversarial"], subset.inputs.shape[1:], label)
-        row |= {"margin": margin, "model": model, "dataset": dataset, "subset_hash": subset.hash,
-                "sample": int(subset.indices[i]), "label": label, "norm": norm}
-        rows.append(row)
-        if progress is not None:
-            progress(row)
-    table = pd.DataFrame(rows, columns=EXACT_COLUMNS)
-    _write_atomic(table, exact_path(out, model, norm))
+    table, _ = solve_subset(model, norm, subset, time_limit, margin=margin, use_cache=use_cache, progress=progress)
+    write_atomic(table, exact_path(out, model, norm))
     return table
-
-
-def _load(model: str, dataset: str):
-    """A zoo model by name; other model sources (``module:file.py:fn`` …) through
-    ``attackaudit.sources.models`` when that module is present."""
-    from attackaudit.sources.zoo import SHIFT_SUFFIX, ZOO, load_model
-
-    if model.removesuffix(SHIFT_SUFFIX) in ZOO:
-        return load_model(model)
-    try:
-        from attackaudit.sources.models import load_model_source
-    except ImportError:
-        return load_model(model)  # its KeyError names the zoo's models
-    return load_model_source(model, dataset=dataset)
-
-
-def _flips_float32(net, adversarial: list | None, shape, label: int) -> bool:
-    if adversarial is None:
-        return False
-    import torch
-
-    from attackaudit.measure.success import is_success
-
-    with torch.no_grad():
-        x = torch.tensor(adversarial, dtype=torch.float32).reshape(1, *shape)
-        return bool(is_success(net(x), torch.tensor([label]))[0])
-
-
-def _write_atomic(table: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        table.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | None) -> tuple[int, int, str]:
@@ -170,6 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="logit margin an adversarial must reach, in float64 (default 1e-4: "
                              "float32 rounding of the logits undoes a 1e-6 margin)")
     parser.add_argument("--dataset", default=None, help="dataset source (default: the run's, else digits)")
+    parser.add_argument("--no-cache", dest="no_cache", action="store_true",
+                        help="solve every sample again (default: reuse the shipped and cached answers)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -185,7 +111,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         samples, seed, dataset = run_subset(args.out, args.samples, args.seed, args.dataset)
         table = run_exact(args.model, args.norm, samples, seed, args.out, args.time_limit,
-                          dataset=dataset, margin=args.margin, progress=report)
+                          dataset=dataset, margin=args.margin, progress=report,
+                          use_cache=not getattr(args, "no_cache", False))
     except (KeyError, ValueError, UnsupportedLayer, FileNotFoundError) as exc:
         print(f"attackaudit exact: {exc}".splitlines()[0], file=sys.stderr)
         return 2

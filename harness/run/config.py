@@ -28,6 +28,7 @@ NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force"
                      "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
                      "repeat",  # the repeat is a second run beside the first: adding it resumes the first
                      "retry",
+                     "exact",  # exact minima beside the jobs (exact/defaults.py), not what a job computes
                      # how many looks judge the jobs, not what a job computes: a plain run of the
                      # first look's size resumes as the first look (run/sequential.py)
                      "until_decided",
@@ -77,6 +78,9 @@ class RunConfig:
     force: bool = False
     strict: bool = False
     retry: str = ""  # "crashed": finished jobs that crashed run again (runner.RETRY_STATUSES)
+    # exact minimal distances of the models that admit them (digits-mlp, digits-mlp-tiny and their
+    # twins) written beside the run's jobs (exact/defaults.py); False (--no-exact) skips them
+    exact: bool = True
     # a cap > samples: judge at samples, then extend the undecided family × norm rows along the
     # nested subsets (doubling) up to the cap or the dataset's size (run/sequential.py); 0: one look
     until_decided: int = 0

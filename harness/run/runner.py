@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from tqdm import tqdm
 
+from attackaudit.exact.defaults import exact_after_run
 from attackaudit.run.config import ConfigError, RunConfig
 from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
 from attackaudit.run.faults import HarnessFault, all_alike
@@ -338,6 +339,7 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         example = next(r["job_id"] for r in results if r.get("error") == fault)
         raise HarnessFault(f"every job failed before its attack started: {fault} (the traceback: "
                            f"{logs_dir(run_dir) / example}.log)")
+    exact_after_run(run_dir, config, p, say)  # exact minima where the model admits them; never raises
     return RunSummary(run_dir, len(p.jobs), len(pending), _status_counts(run_dir, p.jobs),
                       time.perf_counter() - start)
 
