@@ -179,3 +179,32 @@ def test_tiny_zoo_mlp_l0_l2():
                     idx = rng.choice(64, size=k, replace=False)
                     row[idx] = rng.integers(0, 2, size=k).astype(float)
             assert not (margin_to_label(forward(layers, pts), y) > 0).any()
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(2, 6), radius=st.floats(0.01, 2.0), norm=st.sampled_from(["l2", "l0"]))
+def test_first_layer_bounds_hold_on_random_points(seed, d, radius, norm):
+    """The big-M constants of the first layer: no point of box ∩ ball (L2: ‖δ‖₂ ≤ r; L0: at most
+    ⌊r⌋ moved coordinates, here r scaled to a count) leaves them, and L2's is no looser than r‖w‖₂."""
+    from attackaudit.exact.network import preactivation_bounds
+
+    rng = np.random.default_rng(seed)
+    layers = random_net(rng, d, 4, 3)
+    x0 = rng.uniform(0, 1, size=d)
+    r = radius if norm == "l2" else float(rng.integers(0, d + 1))
+    (lo, hi), = preactivation_bounds(layers, x0, norm, r)
+    n = 5000
+    if norm == "l2":
+        u = rng.normal(size=(n, d))
+        delta = u / np.linalg.norm(u, axis=1, keepdims=True) * r * rng.uniform(0, 1, (n, 1)) ** (1 / d)
+        pts = np.clip(x0 + delta, 0, 1)
+        w = layers[0][0]
+        base = w @ x0 + layers[0][1]
+        assert np.all(hi <= base + r * np.linalg.norm(w, axis=1) + 1e-9)
+    else:
+        pts = np.tile(x0, (n, 1))
+        for row in pts:
+            idx = rng.choice(d, size=int(r), replace=False)
+            row[idx] = rng.uniform(0, 1, size=int(r)) if rng.uniform() < 0.5 else rng.integers(0, 2, int(r))
+    pre = pts @ layers[0][0].T + layers[0][1]
+    assert np.all(pre <= hi + 1e-9) and np.all(pre >= lo - 1e-9)

@@ -68,9 +68,8 @@ def _first_layer_bounds(w: np.ndarray, b: np.ndarray, x0: np.ndarray, xl: np.nda
     if norm in ("linf",) or not np.isfinite(radius):
         return lo, hi
     base = w @ x0 + b
-    if norm == "l2":  # box ∩ ball ⊂ ball: |w·δ| ≤ r‖w‖₂
-        reach = radius * np.linalg.norm(w, axis=1)
-        return np.maximum(lo, base - reach), np.minimum(hi, base + reach)
+    if norm == "l2":
+        return np.maximum(lo, base - _ball_reach(-w, x0, xl, xu, radius)), np.minimum(hi, base + _ball_reach(w, x0, xl, xu, radius))
     if norm == "l0":  # at most ⌊r⌋ coordinates move: the ⌊r⌋ largest gains each way
         k = int(np.floor(radius + 1e-9))
         up = np.sort(np.maximum(w * (xu - x0), w * (xl - x0)), axis=1)[:, ::-1][:, :k].sum(1)
@@ -87,6 +86,26 @@ def _first_layer_bounds(w: np.ndarray, b: np.ndarray, x0: np.ndarray, xl: np.nda
         return (aw * np.clip(radius - used_before, 0, cap)).sum(1)
 
     return np.maximum(lo, base - spend(dn_cap)), np.minimum(hi, base + spend(up_cap))
+
+
+def _ball_reach(w: np.ndarray, x0: np.ndarray, xl: np.ndarray, xu: np.ndarray, radius: float) -> np.ndarray:
+    """Per row of ``w``, an upper bound (tight to 1e-12) on max w·δ over ‖δ‖₂ ≤ r with x0 + δ in
+    [xl, xu]: the maximiser is δ(λ) = clip(λw, xl − x0, xu − x0) at the λ where ‖δ(λ)‖ = r
+    (w·δ and ‖δ‖ both grow with λ), bracketed by bisection; the bracket's upper end bounds it."""
+    dn, up = xl - x0, xu - x0
+    box = np.maximum(w * up, w * dn).sum(1)
+
+    def norm_at(lam: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(np.clip(lam[:, None] * w, dn, up), axis=1)
+
+    lo_l, hi_l = np.zeros(len(w)), np.full(len(w), 1e12)
+    for _ in range(120):
+        mid = 0.5 * (lo_l + hi_l)
+        over = norm_at(mid) > radius
+        hi_l, lo_l = np.where(over, mid, hi_l), np.where(over, lo_l, mid)
+    reach = (w * np.clip(hi_l[:, None] * w, dn, up)).sum(1)
+    bracketed = norm_at(hi_l) >= radius  # else the ball holds the whole box: the box's bound
+    return np.where(bracketed, np.minimum(reach, box) + 1e-12 * (1 + np.abs(box)), box)
 
 
 def input_box(x0: np.ndarray, radius: float, lo: float, hi: float,
