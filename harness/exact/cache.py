@@ -197,8 +197,8 @@ def solve_subset(model: str, norm: str, subset, time_limit: float, *, margin: fl
 
     Known rows come from the shipped tables and the cache; the others are solved with
     ``time_limit`` seconds each and cached. Once ``budget_s`` seconds of solving are spent the
-    remaining unknown samples are left out of the table. Returns (table, counts: cached, solved,
-    left_out, seconds). Raises ``UnsupportedLayer`` for a model the MILP cannot encode.
+    remaining unknown samples are left out of the table. ``progress`` gets each row, with
+    ``cached`` (read, not solved). Returns (table, counts: cached, solved, left_out, seconds). Raises ``UnsupportedLayer`` for a model the MILP cannot encode.
     """
     from attackaudit.exact.encoding import check_encoding, encode_sequential
 
@@ -238,6 +238,6 @@ def solve_subset(model: str, norm: str, subset, time_limit: float, *, margin: fl
                 "sample": idx, "norm": norm}
         rows.append(row)
         if progress is not None:
-            progress(row)
+            progress({**row, "cached": hit is not None and reusable(hit, time_limit)})
     counts["seconds"] = time.perf_counter() - start
     return pd.DataFrame(rows, columns=EXACT_COLUMNS), counts
