@@ -193,6 +193,7 @@ RUN_FLAGS = {
     "--retry": (["crashed"], {"retry"}),
     "--strict": ([], {"strict"}),
     "--until-decided": (["64"], {"until_decided"}),
+    "--no-exact": ([], {"exact"}),
 }
 
 
