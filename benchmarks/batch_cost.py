@@ -92,6 +92,13 @@ def spec_keys(libraries: list[str], norms: list[str] | None, families: list[str]
     return keys
 
 
+def _markdown(frame: pd.DataFrame) -> str:
+    """``frame`` as a Markdown table (pandas' own needs ``tabulate``, which the project does not install)."""
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--libraries", nargs="+", default=list(BUILTIN_LIBRARIES))
@@ -123,7 +130,7 @@ def main() -> None:
                           "per_image": per_image, "status": f"{small.status}/{large.status}"})
             print(" ".join(f"{k}={v}" for k, v in table[-1].items()), flush=True)
     frame = pd.DataFrame(table)
-    print(frame.to_markdown(index=False) if args.markdown else frame.to_string(index=False))
+    print(_markdown(frame) if args.markdown else frame.to_string(index=False))
     small_sum, large_sum = frame[f"s@{args.small}"].sum(), frame[f"s@{args.large}"].sum()
     print(f"summed: {small_sum:.1f} s -> {large_sum:.1f} s ({large_sum / max(small_sum, 1e-9):.2f}x)")
     over = frame[(frame["ratio"] > TARGET_RATIO) & ~frame["per_image"]]
