@@ -10,13 +10,12 @@ that seed it); this module runs them per sample.
 
 ``minimal_distance`` solves, per target class ``j ≠ y``, the mixed-integer program
 
-    min ‖x − x0‖   s.t.  x ∈ [lo, hi]^D,  logit_j(x) ≥ logit_y(x) + margin,
+    min ‖x − x0‖   s.t.  x ∈ [lo, hi]^D,  logit_j(x) ≥ logit_y(x) + margin
 
-(L2: min ‖x − x0‖²₂; L0: the count of moved coordinates, with the margin lexicographic, below)
-
-with the standard big-M encoding of every ReLU whose pre-activation bounds straddle 0 (bounds
-from interval arithmetic, the first layer exactly for the L1 ball, optionally tightened by LPs),
-and returns the minimum over ``j``. The margin (default 1e-6) breaks decision-boundary ties:
+(L2: min ‖x − x0‖²₂; L0: the count of moved coordinates, the margin lexicographic: below) with
+the standard big-M encoding of every ReLU whose pre-activation bounds straddle 0 (bounds from
+interval arithmetic, the first layer exactly for box ∩ ball in L∞, L1, L0 and L2, deeper ones
+optionally tightened by LPs), and returns the minimum over ``j``. The margin (default 1e-6) breaks decision-boundary ties:
 a point exactly on the boundary is not an adversarial example (``attackaudit.measure.success``: success
 is a strict inequality, as everywhere in the harness); the distance to the margin set exceeds the infimum over the boundary by at most
 ``margin / ‖∇(logit_j − logit_y)‖_dual`` (≈1e-7 on the zoo), far below the flag tolerance.
@@ -27,7 +26,7 @@ holds for every point with logit_j ≥ logit_y (ties included), and its adversar
 margin where the fewest coordinates can (else only a strict gap > 0). A coordinate counts as
 moved when it differs from x0 at all; the harness counts |δ_i| > 1e-6 (``measure.distance``).
 
-Every reported adversarial is re-evaluated in float64: some other logit must strictly exceed
+Every reported adversarial is clipped into the box and re-evaluated in float64: some other logit must strictly exceed
 the label's, and ``distance`` is its norm as computed here. ``lower_bound`` is the solver's proven
 bound (HiGHS's, or SCIP's for L2; valid up to the feasibility tolerances, set to 1e-9).
 
