@@ -112,7 +112,7 @@ def test_a_real_run_extends_only_its_undecided_row_and_resumes_after_a_kill(tmp_
     assert (one["images"], one["directory"], two["images"], two["directory"]) == (8, ".", 16, "looks/n16")
     assert one["rows"] == {"apgd/linf": "inconclusive", "ddn/l2": "only implementation"}
     assert one["extended"] == ["apgd/linf"] and set(two["rows"]) == {"apgd/linf"} and two["extended"] == []
-    assert one["alpha"] == two["alpha"] == pytest.approx(0.025) and two["alpha_spent"] == pytest.approx(ALPHA)
+    assert one["alpha"] == two["alpha"] == pytest.approx(0.025) and two["alpha_cumulative"] == pytest.approx(ALPHA)
     assert manifest["alpha"] == pytest.approx(0.025) and manifest["until_decided"]["sizes"] == [8, 16]
     rows = load_run(out / "looks" / "n16")
     assert set(rows["implementation"]) == {"adv_lib/apgd", "adv_lib/apgd:ce"}

@@ -14,7 +14,8 @@ The looks (``fidelity/sequential.py``: the sizes, the α each spends, which rows
   of n_k images would give it, so each look's rows are a plain run's rows. The cost: with doubling,
   at most twice the images of the last look (job cost grows sublinearly in the images);
 - after each look the verdicts are recorded in ``OUT/manifest.json`` (``looks``: per look its
-  images, directory, α spent, the rows judged with their verdicts and the rows extended) and each
+  ``images``, ``directory``, the ``alpha`` it spent and ``alpha_cumulative``, the ``rows`` judged
+  with their verdicts, those left ``open`` and those ``extended`` to the next look) and each
   look's own manifest gets its ``alpha`` (so ``attackaudit report`` on it judges as the look did).
 
 Judging is deterministic (seeded bootstrap) and every look is an ordinary resumable run, so a run
@@ -39,6 +40,7 @@ from attackaudit.run import runner  # runner.run looked up at each call (a test 
 from attackaudit.run.runner import RunSummary
 from attackaudit.results.looks import judge_run, look_dir
 from attackaudit.results.store import read_manifest, update_manifest
+
 
 @dataclass
 class SequentialSummary:
@@ -100,7 +102,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
         still = sorted(row_key(r["family"], r["norm"]) for _, r in rec.iterrows() if is_open(r))
         last = k == len(sizes) or not still
         looks.append({"look": k, "images": images, "directory": str(where.relative_to(out)) if k > 1 else ".",
-                      "alpha": alpha, "alpha_spent": sum(alphas[:k]), "jobs": summaries[-1].total,
+                      "alpha": alpha, "alpha_cumulative": sum(alphas[:k]), "jobs": summaries[-1].total,
                       "rows": rows, "open": still, "extended": [] if last else still})
         update_manifest(out, alpha=alphas[0], looks=looks,
                         until_decided={"cap": config.until_decided, "sizes": sizes, "alphas": alphas, "alpha": ALPHA,
