@@ -61,7 +61,8 @@ def final_verdicts(rec: pd.DataFrame, runs: list[Path], manifests: list[dict]) -
         return rec, []
     looks = manifests[0]["looks"]
     notes = ["This run extended until decided: " + ", then ".join(
-        f"{lk['images']} images at α {lk['alpha']:.4g} ({len(lk.get('rows', {}))} rows)" for lk in looks)
+        f"{lk['images']} images at α {lk['alpha']:.4g} ({len(lk.get('rows', {}))} row"
+        f"{'s' * (len(lk.get('rows', {})) != 1)})" for lk in looks)
         + f"; each row's verdict is its last look's. Every other table shows the first {looks[0]['images']} images."]
     replaced: dict[str, dict] = {}
     for look, rows in found:
