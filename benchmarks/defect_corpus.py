@@ -2,6 +2,7 @@
 each beside its patched twin (benchmarks/defects/, format in its README).
 
     .venv/bin/python benchmarks/defect_corpus.py [--cases ID ...] [--work DIR] [--record] [--rows] [--markdown]
+    .venv/bin/python benchmarks/defect_corpus.py --size default demo [--cases ID ...] [--record]
 
 For each case: the release's spec and its sound siblings run on the case's models (the installed
 release in this interpreter, another release in an overlay of it); the patched twin (a copy of the
@@ -13,8 +14,15 @@ the rows under benchmarks/defects/rows/ (what ``tests/test_defect_corpus.py`` ju
 ``make test``); ``--rows`` judges the recorded rows instead of running anything.
 
 The table: per case the expected flag(s), the flags on the defect and on the fix, and the trust
-verdict on each (trusted: in the trust set of its family and norm); per rule, recall (cases whose
-defect it named) and false flags on the patched twins and on the sound built-ins (the siblings).
+verdict on each (trusted: in the trust set of its family and norm), and whether a user's run at the
+default and at the demo size named it (stored rows, below); per rule, recall (cases whose defect it
+named) and false flags on the patched twins and on the sound built-ins (the siblings).
+
+``--size``: recall at the size a user runs (``defect_sizes.py``): each case and its patched twin
+run with ``attackaudit run``'s default settings, or the demo preset's, read from
+``harness/run/config.py`` when it runs, and ``--metamorphic`` on the case's models, instead of the
+case's own settings; ``--record`` stores one row per case and size in
+benchmarks/defects/default_run.csv (the table's "named in a default/demo run" columns).
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from defect_cases import ROWS, Case, check_source, load_cases, package_root, patched_tree  # noqa: E402
+from defect_sizes import SIZES, load_sizes, size_cell, size_models, size_row, size_settings, store_sizes  # noqa: E402
 
 
 @dataclass
@@ -66,14 +75,24 @@ class Outcome:
 
 
 # ------------------------------------------------------------------ running
-def _config(case: Case, out: Path, attacks: list[str], python: str = ""):
+def _config(case: Case, out: Path, attacks: list[str], python: str = "", size: str = ""):
+    """The run of ``case``: its own settings, or (``size``) a user's run at that size on the case's
+    models (``size_settings``, ``size_models``) with ``--metamorphic``."""
     from attackaudit.run.config import resolve
 
     r = case.run
-    return resolve({"out": str(out), "models": list(r["models"]), "attacks": attacks, "samples": int(r["samples"]),
-                    "budget": int(r["budget"]), "steps_scale": float(r["steps_scale"]), "seed": int(r["seed"]),
-                    "targeted": bool(r["targeted"]), "python": python, "workers": 1, "quiet": True,
-                    "force": True})
+    settings = {"models": list(r["models"]), "samples": int(r["samples"]), "budget": int(r["budget"]),
+                "steps_scale": float(r["steps_scale"]), "seed": int(r["seed"])}
+    if size:
+        settings = {**size_settings(size), "models": size_models(case), "metamorphic": True}
+    from dataclasses import fields
+
+    from attackaudit.run.config import RunConfig
+
+    if "exact" in {f.name for f in fields(RunConfig)}:  # exact minima: the corpus's flags never read them
+        settings["exact"] = False
+    return resolve({"out": str(out), "attacks": attacks, **settings, "targeted": bool(r["targeted"]),
+                    "python": python, "workers": 1, "quiet": True, "force": True})
 
 
 def _run(config) -> pd.DataFrame:
@@ -93,9 +112,10 @@ def _pip_offline_build() -> None:
         os.environ["ATTACKAUDIT_PIP_ARGS"] = f"{args} --no-build-isolation".strip()
 
 
-def run_case(case: Case, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_case(case: Case, work: Path, size: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the defect run's rows: spec, siblings and control; the patched twin's rows: the spec alone,
-    empty for a control case)."""
+    empty for a control case); ``size``: at a user's run size (``size_settings``) instead of the
+    case's own settings."""
     from attackaudit.audit.env import prepare_env
 
     installed = importlib.metadata.version(case.dist)
@@ -103,13 +123,14 @@ def run_case(case: Case, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     root, tops = package_root(env.site_packages if env else None, case.dist)
     check_source(case, root)
     attacks = [case.spec, *case.run["siblings"], *([case.control] if case.control else [])]
-    defect = _run(_config(case, work / case.id / "defect", attacks, env.python if env else ""))
+    runs = work / case.id / size if size else work / case.id
+    defect = _run(_config(case, runs / "defect", attacks, env.python if env else "", size))
     if not case.patches:
         return defect, defect.iloc[0:0]
     _pip_offline_build()
-    tree = patched_tree(case, root, tops, work / case.id / "tree", case.release)
+    tree = patched_tree(case, root, tops, work / case.id / "tree", case.release)  # its hash: the same at every size
     fix_env = prepare_env(case.dist, case.release, case.library, source=tree)
-    fix = _run(_config(case, work / case.id / "fix", [case.spec], fix_env.python))
+    fix = _run(_config(case, runs / "fix", [case.spec], fix_env.python, size))
     return defect, fix
 
 
@@ -228,7 +249,9 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per case, one row per rule). Per rule: recall over the cases that expect it; false
     flags on the patched twins of those cases (another case's defect that a twin still has, e.g. an
     EAD without its zero-division crash still leaving the box, is shown in the case row, not counted);
-    false flags on the sound built-ins (every case's siblings)."""
+    false flags on the sound built-ins (every case's siblings). "named in a default/demo run": the
+    stored runs at a user's size (defect_sizes.py, benchmarks/defects/default_run.csv)."""
+    stored = load_sizes()
     cases = pd.DataFrame([{
         "case": o.case.id, "release": f"{o.case.dist} {o.case.release}", "spec": o.case.spec,
         "expected": ", ".join(o.case.flags) + (f"; audit {o.case.audit} (ε use)" if o.case.audit else ""),
@@ -236,7 +259,8 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
         "on fix": _cell(o.on_fix) + (f" ({o.fix_label})" if not o.case.patches else "")
         + (f"; audit {o.audit_fix}" if o.case.audit else ""),
         "trust (defect)": o.trust_defect, "trust (fix)": o.trust_fix,
-        "named": "yes" if o.named else "NO", "fix clean": "yes" if o.clean else "NO"} for o in outcomes])
+        "named": "yes" if o.named else "NO", "fix clean": "yes" if o.clean else "NO",
+        **{f"named in a {size} run": size_cell(stored, o.case.id, size) for size in SIZES}} for o in outcomes])
     rules = sorted({f for o in outcomes for f in o.case.flags})
     rows = []
     for rule in rules:
@@ -281,7 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", action="store_true", help="judge the recorded rows, run nothing")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--known", action="store_true", help="write fidelity/known_defects.json and stop")
+    p.add_argument("--size", nargs="+", choices=SIZES, help="run each case at a user's run size (`attackaudit run`'s "
+                   "defaults, the demo preset's) with --metamorphic instead of its own settings; --record stores "
+                   "the rows of benchmarks/defects/default_run.csv")
     a = p.parse_args(argv)
+    if a.size:
+        return main_sizes(load_cases(a.cases), a.size, Path(a.work), a.record, a.markdown)
     if a.known:
         import json
 
@@ -306,6 +335,25 @@ def main(argv: list[str] | None = None) -> int:
     print(show(rules))
     print(f"{len(outcomes)} cases in {time.perf_counter() - start:.0f} s")
     return 0 if all(o.named and o.clean for o in outcomes) else 1
+
+
+def main_sizes(cases: list[Case], sizes: list[str], work: Path, store: bool, markdown: bool) -> int:
+    """Each case and its patched twin at each of ``sizes``, one at a time; prints one row per case
+    and size; ``store``: each row goes into benchmarks/defects/default_run.csv as soon as it is done."""
+    rows = []
+    for case in cases:
+        for size in sizes:
+            t0 = time.perf_counter()
+            defect, fix = run_case(case, work, size)
+            row = size_row(case, size, judge(case, defect, fix), defect, time.perf_counter() - t0)
+            rows.append(row)
+            if store:
+                store_sizes([row])
+            print(f"{case.id} at the {size} size: named {row['named']}, fix clean {row['fix_clean']}; "
+                  f"{row['seen']} ({row['wall_s']} s)", file=sys.stderr, flush=True)
+    df = pd.DataFrame(rows)
+    print(_markdown(df) if markdown else df.to_string(index=False))
+    return 0
 
 
 if __name__ == "__main__":
