@@ -10,7 +10,8 @@ judges the first n_k of them (``fidelity.sequential.look_sizes``: nested, as the
 are) with ``fidelity.recommend`` at the procedure's level, and the row stops at the first look that
 decides it (``fidelity.sequential.is_open``, the rule the runner applies):
 
-- ``spending``: look k at a_k = α·(n_k − n_{k−1})/n_K (``look_alphas``): what ``--until-decided`` does;
+- ``spending``: look k at a_k = α·((n_k/n_K)^ρ − (n_{k−1}/n_K)^ρ), ρ = 3 (``look_alphas``): what
+  ``--until-decided`` does; ``linear spending``: ρ = 1;
 - ``every look at alpha``: α = 0.05 at every look, uncorrected: the inflation spending prevents;
 - ``one look at cap``: one plain run of the cap's size at α.
 
@@ -44,15 +45,17 @@ from attackaudit.fidelity.sequential import is_open, look_alphas, look_sizes  # 
 from attackaudit.fidelity.stats import ALPHA  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "noise" / "sequential.csv"
-PROCEDURES = ("spending", "every look at alpha", "one look at cap")
+PROCEDURES = ("spending", "linear spending", "every look at alpha", "one look at cap")
 COLUMNS = ["procedure", "scenario", "first", "cap", "looks", "models", "fired", "evaluated", "rate",
            "mean_images", "reps"]
 
 
 def levels(procedure: str, sizes: list[int]) -> list[tuple[int, float]]:
     """(images, α) of each look of ``procedure``."""
-    if procedure == "spending":
+    if procedure == "spending":  # what --until-decided does: α·t^ρ, ρ = SPENDING_POWER
         return list(zip(sizes, look_alphas(sizes, ALPHA)))
+    if procedure == "linear spending":  # ρ = 1: α in proportion to the images
+        return list(zip(sizes, look_alphas(sizes, ALPHA, power=1.0)))
     if procedure == "every look at alpha":
         return [(n, ALPHA) for n in sizes]
     return [(sizes[-1], ALPHA)]
@@ -85,7 +88,8 @@ def false_claim(row: pd.Series) -> bool:
 POWER = {"far20": 1.2, "far8": 1.08}
 
 
-def repetition(rng: np.random.Generator, sizes: list[int], m: int) -> dict[tuple[str, str], tuple[bool, int]]:
+def repetition(rng: np.random.Generator, sizes: list[int], m: int,
+               procedures: tuple[str, ...] = PROCEDURES) -> dict[tuple[str, str], tuple[bool, int]]:
     """{(procedure, scenario): (fired, images at stop)} of one draw of the null and of each ``POWER`` scenario."""
     R, P = rnl.resampler(), rnl.pools()
     impl, norm = P["seed"][rng.integers(len(P["seed"]))]
@@ -98,7 +102,7 @@ def repetition(rng: np.random.Generator, sizes: list[int], m: int) -> dict[tuple
     out = {}
     for scenario, table in tables.items():
         seen: dict = {}
-        for procedure in PROCEDURES:
+        for procedure in procedures:
             row, n = run_looks(table, levels(procedure, sizes), seen)
             fired = false_claim(row) if scenario not in POWER else (
                 row["verdict"] == "clear" and row["implementation"] == impl)
@@ -106,13 +110,14 @@ def repetition(rng: np.random.Generator, sizes: list[int], m: int) -> dict[tuple
     return out
 
 
-def measure(reps: int, first: int, cap: int, m: int, seed: int) -> pd.DataFrame:
+def measure(reps: int, first: int, cap: int, m: int, seed: int,
+            procedures: tuple[str, ...] = PROCEDURES) -> pd.DataFrame:
     """The table of ``COLUMNS``: per procedure and scenario, how often it fired over ``reps``."""
     rng, sizes = np.random.default_rng(seed), look_sizes(first, cap)
     hits: dict[tuple[str, str], list[tuple[bool, int]]] = {}
     t0 = time.perf_counter()
     for rep in range(reps):
-        for key, value in repetition(rng, sizes, m).items():
+        for key, value in repetition(rng, sizes, m, procedures).items():
             hits.setdefault(key, []).append(value)
         if (rep + 1) % 10 == 0:
             print(f"{rep + 1} of {reps} repetitions ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -123,9 +128,9 @@ def measure(reps: int, first: int, cap: int, m: int, seed: int) -> pd.DataFrame:
 
 
 def save(rows: pd.DataFrame, path: Path = STORED) -> None:
-    """Replace the stored rows of the same (first, cap, models) by ``rows``."""
+    """Replace the stored rows of the same (first, cap, models, procedure) by ``rows``."""
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=COLUMNS)
-    key = ["first", "cap", "models"]
+    key = ["first", "cap", "models", "procedure"]
     mine = set(map(tuple, rows[key].to_numpy().tolist()))
     keep = old[[tuple(k) not in mine for k in old[key].to_numpy().tolist()]] if len(old) else old
     pd.concat([keep, rows], ignore_index=True).sort_values(["first", "cap", "models", "scenario", "procedure"]) \
@@ -140,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save", action="store_true", help=f"write the rows into {STORED}")
+    ap.add_argument("--procedures", nargs="+", default=list(PROCEDURES),
+                    help=f"of {', '.join(PROCEDURES)} (the draws do not depend on them)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = measure(args.reps, args.first, args.cap, args.models, args.seed)
+    rows = measure(args.reps, args.first, args.cap, args.models, args.seed, tuple(args.procedures))
     print("| procedure | scenario | looks | fired / reps | rate | mean images |")
     print("|---|---|---|---|---|---|")
     for r in rows.itertuples(index=False):

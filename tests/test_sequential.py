@@ -21,7 +21,7 @@ import attackaudit
 from attackaudit.cli import main as cli_main
 from attackaudit.fidelity import recommend, synthetic
 from attackaudit.fidelity.equivalence import compare, pair_values
-from attackaudit.fidelity.sequential import is_open, look_alphas, look_sizes, verdicts
+from attackaudit.fidelity.sequential import SPENDING_POWER, is_open, look_alphas, look_sizes, verdicts
 from attackaudit.results.store import load_run
 
 ALPHA = 0.05
@@ -32,15 +32,19 @@ NO_FLAGS = pd.DataFrame(columns=["model", "norm", "implementation", "library_ver
 @settings(max_examples=200, deadline=None)
 @given(first=st.integers(1, 300), cap=st.integers(1, 5000))
 def test_the_looks_double_and_spend_alpha_in_proportion_to_their_images(first, cap):
-    """Reference: the sizes by repeated doubling, capped; look k spends α·(n_k − n_{k−1})/n_K."""
+    """Reference: the sizes by repeated doubling, capped; look k spends α·((n_k/n_K)³ − (n_{k−1}/n_K)³),
+    or α·(n_k − n_{k−1})/n_K with ρ = 1."""
     sizes = [first]
     while sizes[-1] < cap:
         sizes.append(min(sizes[-1] * 2, cap))
     assert look_sizes(first, cap) == sizes
-    alphas = look_alphas(sizes, ALPHA)
-    reference = [ALPHA * (n - prev) / sizes[-1] for prev, n in zip([0] + sizes[:-1], sizes)]
-    assert alphas == pytest.approx(reference, rel=1e-12, abs=1e-15)
-    assert sum(alphas) == pytest.approx(ALPHA) and all(a > 0 for a in alphas)
+    assert SPENDING_POWER == 3
+    for power, alphas in ((3, look_alphas(sizes, ALPHA)), (1, look_alphas(sizes, ALPHA, power=1.0))):
+        reference = [ALPHA * ((n / sizes[-1]) ** power - (prev / sizes[-1]) ** power)
+                     for prev, n in zip([0] + sizes[:-1], sizes)]
+        assert alphas == pytest.approx(reference, rel=1e-9, abs=1e-15)
+        assert sum(alphas) == pytest.approx(ALPHA) and all(a > 0 for a in alphas)
+    assert look_alphas([16, 32, 64], ALPHA, power=1.0) == pytest.approx([0.0125, 0.0125, 0.025])
 
 
 def _row(verdict: str, *answers: str) -> dict:
@@ -112,12 +116,14 @@ def test_a_real_run_extends_only_its_undecided_row_and_resumes_after_a_kill(tmp_
     assert (one["images"], one["directory"], two["images"], two["directory"]) == (8, ".", 16, "looks/n16")
     assert one["rows"] == {"apgd/linf": "inconclusive", "ddn/l2": "only implementation"}
     assert one["extended"] == ["apgd/linf"] and set(two["rows"]) == {"apgd/linf"} and two["extended"] == []
-    assert one["alpha"] == two["alpha"] == pytest.approx(0.025) and two["alpha_cumulative"] == pytest.approx(ALPHA)
-    assert manifest["alpha"] == pytest.approx(0.025) and manifest["until_decided"]["sizes"] == [8, 16]
+    # α·t³: 8 of 16 images spend 0.05 / 8 at the first look, the rest at the cap
+    assert (one["alpha"], two["alpha"]) == pytest.approx((0.00625, 0.04375))
+    assert two["alpha_cumulative"] == pytest.approx(ALPHA)
+    assert manifest["alpha"] == pytest.approx(0.00625) and manifest["until_decided"]["sizes"] == [8, 16]
     rows = load_run(out / "looks" / "n16")
     assert set(rows["implementation"]) == {"adv_lib/apgd", "adv_lib/apgd:ce"}
     assert rows.groupby("implementation")["sample"].nunique().tolist() == [16, 16]
-    assert json.loads((out / "looks" / "n16" / "manifest.json").read_text())["alpha"] == pytest.approx(0.025)
+    assert json.loads((out / "looks" / "n16" / "manifest.json").read_text())["alpha"] == pytest.approx(0.04375)
     rec = attackaudit.open(out).recommendation.set_index("family")
     assert rec.loc["apgd", "samples_per_model"] == 16 and "look 2" in rec.loc["apgd", "note"]
     assert rec.loc["apgd", "verdict"] == two["rows"]["apgd/linf"]
@@ -152,10 +158,10 @@ def test_the_stored_a_a_rate_across_looks_on_real_seed_noise():
     original) pass the exact test against α; it finds the twin 20% farther as often as one look at
     the cap does, on fewer images."""
     t = pd.read_csv(STORED)
-    assert {"spending", "every look at alpha", "one look at cap"} <= set(t["procedure"])
+    assert {"spending", "linear spending", "every look at alpha", "one look at cap"} <= set(t["procedure"])
     spending = t[t["procedure"] == "spending"]
     assert {(16, 64), (16, 128)} <= set(zip(spending["first"], spending["cap"]))
-    for r in spending[spending["scenario"] == "A/A real seeds"].itertuples(index=False):
+    for r in t[t["procedure"].str.contains("spending") & (t["scenario"] == "A/A real seeds")].itertuples(index=False):
         assert r.evaluated >= 100 and not above_alpha(int(r.fired), int(r.evaluated)), r
     key = ["first", "cap", "models"]
     power = t[t["scenario"] == "far20"].set_index([*key, "procedure"])

@@ -32,7 +32,7 @@ from typing import Callable
 
 import pandas as pd
 
-from attackaudit.fidelity.sequential import is_open, look_alphas, look_sizes, row_key, verdicts
+from attackaudit.fidelity.sequential import SPENDING_POWER, is_open, look_alphas, look_sizes, row_key, verdicts
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.run.config import RunConfig
 from attackaudit.run.executors import Executor
@@ -106,7 +106,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
                       "rows": rows, "open": still, "extended": [] if last else still})
         update_manifest(out, alpha=alphas[0], looks=looks,
                         until_decided={"cap": config.until_decided, "sizes": sizes, "alphas": alphas, "alpha": ALPHA,
-                                       "spending": "alpha * n_k / n_max (the increment tested at look k)"})
+                                       "spending": f"alpha * (n / n_max) ** {SPENDING_POWER:g}, the increment tested at each look"})
         if last:
             break
         specs = (read_manifest(where) or {}).get("specs", {})
