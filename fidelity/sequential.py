@@ -8,8 +8,7 @@ then doubling, the last the cap): a row still *inconclusive* at look k runs agai
 
 **Error control across looks: α spending.** With the spending function α(t) = α·t^ρ
 (``SPENDING_POWER``) of the information fraction t_k = n_k / n_K, look k judges every row it holds
-at the increment
-a_k = α(t_k) − α(t_{k−1}) (``look_alphas``), every claim of a verdict at that level: the difference
+at the increment a_k = α(t_k) − α(t_{k−1}) (``look_alphas``), every claim of a verdict at that level: the difference
 tests that exclude an implementation ("clear", a crossing "mixed") and the equivalence tests of
 "tied" (``recommend(alpha=a_k)``, which passes it on to ``equivalence.compare`` and the headline).
 A row makes a false claim across the looks only if it makes one at some look, so by the union
