@@ -61,6 +61,17 @@ def test_l2_closed_forms():
     assert r.distance == pytest.approx((0.3 + M) / math.sqrt(2), abs=1e-6)
 
 
+def test_l2_close_to_the_boundary_in_64_dimensions():
+    """An image 0.008 from the boundary of a 64-pixel linear net: SCIP's tolerance on the squared
+    distance (1e-9 a pixel) is 3e-6 on the distance there, which is still 'optimal'."""
+    w = np.full(64, 1 / 8)  # ‖w‖₂ = 1: the distance is the logit gap to close
+    x0 = np.linspace(0.2, 0.8, 64)
+    layers = two_class_linear(list(w), float(w @ x0) + 0.008)
+    r = minimal_distance(layers, x0, 0, "l2", time_limit=60)
+    _check(layers, x0, 0, r, "l2")
+    assert r.distance == pytest.approx(0.008 + M, abs=1e-5)
+
+
 def test_l0_closed_forms():
     # one pixel: x1 alone can reach 0.2 + 0.8 = 1 > 0.9? w = (1, 1), c = 1.4, x0 = (0.2, 0.3): one
     # coordinate to 1 gives 1.3 or 1.2 < 1.4, both coordinates needed

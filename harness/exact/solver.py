@@ -212,6 +212,8 @@ def _result(best: Incumbent, targets: dict[int, tuple[float, float, str]], tol: 
         return ExactResult(np.inf if proven else np.nan, lower, np.inf,
                            "optimal" if proven else "time_limit", None, -1, elapsed, "", targets)
     solved = best.dist - lower <= tol + 1e-6 * best.dist
+    if best.norm == "l2":  # SCIP's tolerance acts on the squared distance: 1e-9 per coordinate
+        solved = solved or best.dist ** 2 - lower ** 2 <= 2e-9 * best.x0.size + 1e-6 * best.dist ** 2
     return ExactResult(best.dist if solved else np.nan, min(lower, best.dist), best.dist,
                        "optimal" if solved else "time_limit", best.x, best.cls, elapsed, "", targets)
 
