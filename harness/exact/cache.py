@@ -92,13 +92,14 @@ def _matching(table: pd.DataFrame, net: str, dataset: str, norm: str, margin: fl
     return table.loc[keep, CACHE_COLUMNS]
 
 
-def lookup(net: str, dataset: str, norm: str, margin: float) -> pd.DataFrame:
-    """Every known row of the key, shipped first, then the user's cache (CACHE_COLUMNS)."""
+def lookup(net: str, dataset: str, norm: str, margin: float, shipped_first: bool = True) -> pd.DataFrame:
+    """Every known row of the key (CACHE_COLUMNS): the shipped tables' and the user's cache's,
+    in that order (``shipped_first=False``: the cache's first)."""
     parts = [_matching(pd.read_parquet(p), net, dataset, norm, margin) for p in sorted(SHIPPED.glob(f"*__{norm}.parquet"))]
     path = _key_file(net, dataset, norm, margin)
     if path.exists():
         try:
-            parts.append(_matching(pd.read_parquet(path), net, dataset, norm, margin))
+            parts.insert(len(parts) if shipped_first else 0, _matching(pd.read_parquet(path), net, dataset, norm, margin))
         except Exception:  # a damaged cache file is a miss, never a failure
             pass
     parts = [p for p in parts if not p.empty]
@@ -116,7 +117,8 @@ def _rank(table: pd.DataFrame) -> pd.Series:
 
 
 def store(rows: list[dict]) -> None:
-    """Add ``rows`` (CACHE_COLUMNS; one key) to the user's cache, keeping the best row per sample.
+    """Add ``rows`` (CACHE_COLUMNS; one key) to the user's cache, keeping the best row per sample
+    (solved, then the longer time limit, then the newer).
     A cache that cannot be written (read-only home) is skipped: the rows are in the run anyway."""
     if not rows:
         return
@@ -127,7 +129,7 @@ def store(rows: list[dict]) -> None:
         with open(path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             old = pd.read_parquet(path) if path.exists() else pd.DataFrame(columns=CACHE_COLUMNS)
-            table = pd.concat([old, pd.DataFrame(rows, columns=CACHE_COLUMNS)], ignore_index=True)
+            table = pd.concat([pd.DataFrame(rows, columns=CACHE_COLUMNS), old], ignore_index=True)  # new first
             table = table.assign(_rank=_rank(table)).sort_values("_rank", kind="stable")
             table = table.drop_duplicates(["network_hash", "dataset", "sample", "input_hash", "norm", "margin",
                                            "solver_version"]).drop(columns="_rank").sort_values("sample")

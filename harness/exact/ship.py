@@ -30,8 +30,9 @@ def shipped_path(model: str, norm: str) -> Path:
 
 
 def export(model: str, norm: str, samples: int) -> pd.DataFrame:
-    """Write the shipped table of ``model`` × ``norm`` from what the cache (and the table shipped
-    now) hold for seed 0's first ``samples`` samples; returns it. Samples no one solved are
+    """Write the shipped table of ``model`` × ``norm`` from what the cache and the table shipped
+    now hold for seed 0's first ``samples`` samples (the better row per sample: solved, then the
+    longer time limit, then the cache's); returns it. Samples no one solved are
     absent; a time-limited one is kept with its bounds."""
     from attackaudit.exact.cache import load_network
     from attackaudit.exact.encoding import encode_sequential
@@ -39,9 +40,10 @@ def export(model: str, norm: str, samples: int) -> pd.DataFrame:
 
     subset = load_subset(DATASET, samples, SEED)
     net_hash = network_hash(encode_sequential(load_network(model, DATASET), tuple(subset.inputs.shape[1:])))
-    known = lookup(net_hash, DATASET, norm, MARGIN)
+    known = lookup(net_hash, DATASET, norm, MARGIN, shipped_first=False)  # a new answer replaces a shipped one
     known = known.assign(_solved=known["status"].isin(SOLVED), _limit=known["time_limit"].astype(float))
-    known = known.sort_values(["_solved", "_limit"], ascending=False).drop_duplicates(["sample", "input_hash"])
+    known = known.sort_values(["_solved", "_limit"], ascending=False, kind="stable").drop_duplicates(
+        ["sample", "input_hash"])
     order = {int(s): k for k, s in enumerate(subset.indices)}
     table = known[known["sample"].astype(int).isin(order)].copy()
     table["_order"] = table["sample"].astype(int).map(order)
