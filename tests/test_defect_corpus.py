@@ -167,7 +167,6 @@ def test_size_settings_are_read_from_the_run_config():
 NOT_YET_RUN: set[tuple[str, str]] = {
     ("adv-lib-cw-l2-zero-division", "default"),
     ("adv-lib-cw-l2-zero-division", "demo"),
-    ("adv-lib-cw-linf-batch-stop", "demo"),
     ("adv-lib-fmn-l2-blocked-gradient", "default"),
     ("adv-lib-fmn-l2-blocked-gradient", "demo"),
     ("adv-lib-pdpgd-l0-hard-threshold-default", "default"),
