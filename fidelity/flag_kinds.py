@@ -66,6 +66,11 @@ _MEANINGS: dict[str, tuple[str, str]] = {
     "below_exact": (DEFECT, "it claims a perturbation smaller than the proven exact minimum: a bug"),
     "below_expected_strength": (DEFECT, "a family AttackBench publishes as strong, implemented far below both that "
                                         "strength and the best attack of its norm here: a defect, never trusted"),
+    "worse_than_yardstick": (DEFECT, "an absolute yardstick: on most images it lands farther from the exact minimum (or "
+                                     "from the envelope of the strong attacks of its norm) than sound implementations "
+                                     "of its family do at these settings, beyond their measured spread; a plugin, or "
+                                     "a family with no sound implementation, meets its norm's yardstick: never "
+                                     "trusted, sole implementation or not"),
     "fallback_output": (DEFECT, "it returned a default output (the input, an all-zero or constant image, one output "
                                 "shared by several images) for images its own search never broke: those images "
                                 "count as failed"),

@@ -33,7 +33,7 @@ from .known_defects import known_defect_findings
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
          "out_of_ball", "eps_unused", "batch_dependence", "fallback_output",  # defects.py
          "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
-         "below_expected_strength", "known_defect")
+         "below_expected_strength", "worse_than_yardstick", "known_defect")
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",
                 "flag", "evidence"]
 
