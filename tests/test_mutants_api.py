@@ -294,7 +294,7 @@ def test_a_harness_fault_is_raised_in_compare_s_words_with_the_way_around_it(dig
     cause = "every job failed before its attack started: ImportError: no module x; rerun with --samples 2"
     where = "/r/jobs/a.traceback.txt)"
 
-    def fault(config, **kwargs):
+    def fault(config, *args, **kwargs):
         raise HarnessFault(f"{cause} (the traceback: {where}")
 
     monkeypatch.setattr(runner, "run", fault)
