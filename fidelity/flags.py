@@ -29,6 +29,7 @@ from .stats import ALPHA
 from .twins import twin_findings
 from .strength import strength_flags
 from .known_defects import known_defect_findings
+from .yardstick import yardstick_findings
 
 FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
          "out_of_ball", "eps_unused", "batch_dependence", "fallback_output",  # defects.py
@@ -348,14 +349,18 @@ def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
 
 
 def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
-          exact: pd.DataFrame | None = None, eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
+          exact: pd.DataFrame | None = None, eps_max: Mapping[str, float] | None = None,
+          settings: Mapping[str, float] | None = None) -> pd.DataFrame:
     """All findings for ``table``: ``FLAG_COLUMNS``, ``flag`` one of ``FLAGS``.
 
     ``other``: a second seeded run of the same config (``nondeterminism``); ``exact``: exact
     distances from ``attackaudit exact`` (``below_exact``); ``eps_max``: ε₀ per norm for the
-    optimality behind ``below_expected_strength``. A finding on a twin model that its base model
-    has too is dropped as a repeat; others keep the twin's name, and the twin checks name the base
-    model. Findings about an implementation over all models (class-conditional ``label_bug``,
+    optimality behind ``below_expected_strength``; ``settings``: the run's ``steps_scale`` and
+    ``budget`` (its manifest's config), which pick the measured yardstick of
+    ``worse_than_yardstick`` (``yardstick.py``: against the exact minimum where ``exact`` covers
+    the model, else the strong envelope; inferred from the rows' parameters when absent). A
+    finding on a twin model that its base model has too is dropped as a repeat; others keep the
+    twin's name, and the twin checks name the base model. Findings about an implementation over all models (class-conditional ``label_bug``,
     ``below_expected_strength``) have ``model == "*"``.
     """
     t = prepare(table)
@@ -364,7 +369,8 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     rows = with_envelope(t)
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
-             + strength_flags(real, eps_max) + defect_findings(t) + known_defect_findings(t))
+             + strength_flags(real, eps_max) + defect_findings(t) + known_defect_findings(t)
+             + yardstick_findings(t, exact, settings))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))

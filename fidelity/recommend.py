@@ -37,7 +37,7 @@ from . import paired_binary
 from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, observed_rows, signed_rank_z,
                           swapped)
 from .headline import SHARE_DELTA, SHARE_MARGIN, WEIGHTS
-from .evidence_text import relative, shown_text
+from .evidence_text import shown_text
 from .sample_size import decision_text, images_to_decide
 from .flags import flagged
 from .flag_kinds import WEAKNESS_FLAGS  # the one definition of a weakness (flag_kinds.py)
@@ -50,7 +50,8 @@ from .twins import twin_notes
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
                      "optimality_ci", "queries", "wall_s", "trusted", "trust_set", "top_share", "top_in_set",
                      "samples_to_separate", "images_to_decide", "samples_per_model", "expected_optimality",
-                     "best_in_norm", "candidates", "flagged", "runner_up", "note", "weak", "summary"]
+                     "best_in_norm", "candidates", "flagged", "runner_up", "note", "weak", "summary",
+                     "yardstick", "ratio", "expected_ratio"]  # yardstick_verdicts.annotate
 VERDICTS = ("clear", "tied", "inconclusive", "only implementation", "none")
 #: optimality values closer than this count as tied when choosing the top pick; cost breaks the tie
 TIE_TOLERANCE = 1e-3
@@ -162,11 +163,6 @@ def _ci_text(ci: tuple[float, float] | list[float]) -> str:
     return "n/a" if not (np.isfinite(lo) and np.isfinite(hi)) else f"{lo:.3f}–{hi:.3f}"
 
 
-def _pct(ratio: float) -> str:
-    """A per-image log ratio as a relative size: +0.105 → "11% farther"."""
-    return relative(ratio)
-
-
 def what_happened(blocks: ImageBlocks, i: int, eps_max: float | None) -> str:
     """Why implementation i has ξ = 0, from its rows: it broke no image, or every image it broke
     lies beyond ε₀ (where ξ gives no credit)."""
@@ -222,7 +218,7 @@ def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: fl
 def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
               eps_max: Mapping[str, float] | None = None, n_boot: int = N_BOOTSTRAP,
               seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None, alpha: float = ALPHA,
-              dataset_images: int | None = None, style: str = "cli") -> pd.DataFrame:
+              dataset_images: int | None = None, style: str = "cli", exact=None, settings=None) -> pd.DataFrame:
     """Per (family, norm): the trust set. ``RECOMMEND_COLUMNS``, one row per family and norm.
 
     ``verdict`` is one of ``VERDICTS``; "none" has no trusted implementation (``note`` says why
@@ -238,7 +234,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     ``weak`` lists weakness notes. ``board``: ``leaderboard(table, eps_max=eps_max)`` when the
     caller has it already. ``dataset_images``: how many images the dataset has (an inconclusive
     pair that needs more "cannot be decided on this dataset"); ``style``: "cli" or "api", the
-    caller's spelling of the sample count in advice.
+    caller's spelling of the sample count in advice; ``exact``/``settings``: ``yardstick_verdicts.annotated``.
     """
     table = prepare(table)  # one family per implementation (prepare's one_family), for every grouping below
     board = leaderboard(table, eps_max=eps_max) if board is None else board
@@ -268,7 +264,8 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
             row["summary"] = f"{row['summary']}. {short}"
         row["note"] = "; ".join([x for x in [row["note"], short, *mine] if x])
         rows.append(row)
-    return pd.DataFrame(rows, columns=RECOMMEND_COLUMNS)
+    from .yardstick_verdicts import annotated  # the absolute yardstick of each row and member, given either
+    return annotated(pd.DataFrame(rows, columns=RECOMMEND_COLUMNS), table, exact, settings)
 
 
 def label_notes(table: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:

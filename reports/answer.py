@@ -84,6 +84,8 @@ class Member:
     p_equivalent: float = float("nan")                   # TOST, Holm-adjusted over the members (NaN: top pick)
     images_to_decide: float = float("nan")               # inconclusive: images at which the test would decide
     decision: str = ""                                   # what would decide it (fidelity.sample_size.decision_text)
+    yardstick: str = "none"                              # fidelity/yardstick.py: "exact", "envelope" or "none"
+    ratio: float = float("nan")                          # median per-image ratio to that yardstick's reference
 
     @property
     def key(self) -> tuple[str, str]:
@@ -165,7 +167,7 @@ def _members(row: dict) -> list[Member]:
                           _float(m.get("optimality")), _interval(m.get("optimality_ci")), str(m.get("answer") or ""),
                           _float(m.get("estimate")), _float(m.get("p_equivalent", m.get("p_adjusted"))),
                           _float(m.get("images_to_decide", m.get("samples_to_separate"))),
-                          str(m.get("decision") or "")))
+                          str(m.get("decision") or ""), str(m.get("yardstick") or "none"), _float(m.get("ratio"))))
     return out
 
 

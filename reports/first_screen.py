@@ -48,7 +48,9 @@ SCREEN_COLUMNS = (("family · norm", "family and norm; ⚑ k of n: k of the fami
                   ("verdict", "clear · tied · inconclusive · only · none"),
                   ("pick", "the trusted implementation(s), top pick first; with verdict none, none is trusted"),
                   ("ξ (95% interval)", "global ξ of this implementation, bootstrap 95% interval"),
-                  ("note", f"weak: ξ under {WEAK_PICK_FRACTION:g} of the best of its norm in this run (named under "
+                  ("note", "1.01× exact: median per-image distance over the exact minimum (× strong envelope: "
+                           "over the strong attacks of its norm where no exact minimum exists), the yardstick it met; "
+                           f"weak: ξ under {WEAK_PICK_FRACTION:g} of the best of its norm in this run (named under "
                            "the table); weaker: a sibling is closer on some model (optimality_gap, a weakness, not a "
                            "flag); inconclusive: the images that would decide"),
                   ("⚑", "this implementation's own flags (defects) under this norm"))
@@ -108,6 +110,8 @@ class ScreenRow:
     weak: NormBest | None                                 # the norm's best, when this one is far below it
     label: str                                            # its name, with the version where the name repeats
     weaker: list[str] = field(default_factory=list)      # its weakness flags (no defect), this norm
+    yardstick: str = "none"                               # the absolute yardstick its verdict used
+    ratio: float = math.nan                               # its median per-image ratio to that reference
 
     @property
     def none_trusted(self) -> bool:
@@ -150,8 +154,16 @@ class ScreenRow:
         return "weaker" if self.weaker else ""
 
     @property
+    def ratio_text(self) -> str:
+        """Its distance against the absolute yardstick (fidelity/yardstick.py), short: "1.01× exact"
+        (median per image to the exact minimum) or "1.03× strong envelope"; "" without one."""
+        if self.none_trusted or self.yardstick not in ("exact", "envelope") or not math.isfinite(self.ratio):
+            return ""
+        return f"{self.ratio:.2f}× {'exact' if self.yardstick == 'exact' else 'strong envelope'}"
+
+    @property
     def note_text(self) -> str:
-        return "; ".join(x for x in (self.weaker_text, self.weak_text, self.rerun_text) if x)
+        return "; ".join(x for x in (self.ratio_text, self.weaker_text, self.weak_text, self.rerun_text) if x)
 
     @property
     def flags_text(self) -> str:
@@ -202,13 +214,14 @@ def screen_rows(found: list[Answer], bests: dict[str, NormBest]) -> list[ScreenR
         if not a.members and a.verdict == "none":
             out.append(ScreenRow(a, 1, "", "", math.nan, (math.nan, math.nan), [], None, NONE_TRUSTED))
             continue
-        shown = [(m.key, m.optimality, m.ci) for m in a.members] or [(a.top, a.optimality, a.ci)]
+        shown = [(m.key, m.optimality, m.ci, m.yardstick, m.ratio) for m in a.members] \
+            or [(a.top, a.optimality, a.ci, "none", math.nan)]
         names = [k[0] for k in a.implementations]
         best = bests.get(a.norm)
-        for i, (key, xi, ci) in enumerate(shown):
+        for i, (key, xi, ci, ys, ratio) in enumerate(shown):
             label = f"{key[0]} {key[1]}".strip() if names.count(key[0]) > 1 else key[0]
             out.append(ScreenRow(a, len(shown) if i == 0 else 0, key[0], key[1], xi, ci, list(a.flagged.get(key, [])),
-                                 best if is_weak(xi, best) else None, label, list(a.weaker.get(key, []))))
+                                 best if is_weak(xi, best) else None, label, list(a.weaker.get(key, [])), ys, ratio))
     return out
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
+from attackaudit.fidelity.yardstick_verdicts import annotate, manifest_settings, standing
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
 
@@ -315,6 +316,21 @@ def measurement_notes(table: pd.DataFrame, local: pd.DataFrame) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ build
+def _flags(table: pd.DataFrame, repeats: pd.DataFrame | None, exact: pd.DataFrame | None, settings: dict | None,
+           notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(``fidelity.flags`` of the rows, the exact distances it could use): exact distances that do
+    not match the rows must not lose the report (a note says so, and they are left out)."""
+    try:
+        return fidelity.flags(table, repeats, exact=exact, settings=settings), exact
+    except ValueError:
+        raise
+    except Exception as exc:
+        if exact is None:
+            raise
+        notes.append(f"Exact distances could not be used ({_one_line(exc, 160)}).")
+        return fidelity.flags(table, repeats, settings=settings), None
+
+
 def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
           exact: pd.DataFrame | None = None, repeats: pd.DataFrame | None = None) -> ReportData:
     """All report content for a result table (``harness/run/job.py`` ``ROW_COLUMNS``); ``repeats``: a
@@ -341,19 +357,11 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
         notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
         exact = None
-    try:
-        flags_df = fidelity.flags(table, repeats, exact=exact)
-    except ValueError:
-        raise
-    except Exception as exc:  # exact distances that do not match the rows must not lose the report
-        if exact is None:
-            raise
-        notes.append(f"Exact distances could not be used ({_one_line(exc, 160)}).")
-        exact = None
-        flags_df = fidelity.flags(table, repeats)
+    flags_df, exact = _flags(table, repeats, exact, manifest_settings(manifests), notes)
     board = fidelity.leaderboard(table)
     side, pairs = fidelity.align(table)
     rec, look_notes = recommend_looks(table, flags_df, board, runs, manifests)  # --until-decided: looks.py
+    rec = annotate(rec, standing(table, exact, manifest_settings(manifests)))  # each pick's ratio to its yardstick
     flags_df, seeds = with_severity(flags_df), seed_twin_table(table, flags_df, declared_randomised(manifests))
     local = fidelity.local_optimality(table)
     crashes = _crashes(table)

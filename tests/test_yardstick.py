@@ -1,0 +1,244 @@
+"""Absolute yardsticks (fidelity/yardstick.py, fidelity/README.md "Yardsticks"): the stored
+yardstick data against its benchmark's output, the rule on hand-made ratios, and real runs on
+digits-mlp-tiny where a plugin that lands farther from the exact minimum is flagged as the only
+implementation of its family under two family names while its sound twin is trusted, with its
+ratio to the exact minimum shown."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attackaudit.fidelity import flags, recommend
+from attackaudit.fidelity import yardstick as Y
+from attackaudit.fidelity.flag_kinds import FLAG_KINDS, is_defect
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+PLUGIN = Path(__file__).parent / "plugins" / "farther.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))
+    import yardstick as bench_module
+    return bench_module
+
+
+# ---------------------------------------------------------------- the stored data
+def test_the_stored_yardsticks_are_what_their_benchmark_computes_from_its_stored_ratios(bench):
+    doc = json.loads(Y.YARDSTICK_FILE.read_text(encoding="utf-8"))
+    assert set(doc) >= {"about", "margin", "shortfall", "builtin_libraries", "settings", "families", "norms", "steps"}
+    assert set(doc["builtin_libraries"]) == Y.BUILTIN_LIBRARIES
+    runs = pd.read_csv(bench.OUT_RUNS)
+    assert list(runs.columns) == bench.RUN_COLUMNS
+    images = pd.read_parquet(bench.OUT_IMAGES)
+    assert list(images.columns) == bench.IMAGE_COLUMNS
+    for col in ("yardstick", "setting", "source", "model", "implementation", "library", "family", "norm"):
+        images[col] = images[col].astype(str)
+    for col in ("source", "model", "implementation", "library", "family", "norm", "yardstick", "setting", "why"):
+        runs[col] = runs[col].fillna("").astype(str)
+    # every run row is the median of its stored images
+    keys = ["yardstick", "setting", "source", "model", "seed", "implementation", "norm"]
+    medians = images.groupby(keys)["log_ratio"].median()
+    got = runs.set_index(keys)["median"]
+    both = got.index.intersection(medians.index)
+    assert len(both) == len(runs)
+    np.testing.assert_allclose(got[both].to_numpy(float), medians[both].to_numpy(float), rtol=1e-5, atol=1e-6)
+    # the bounds, recomputed from the stored runs and images with the stored margin
+    fams, norms = bench.bounds(runs, images, doc["margin"])
+    assert len(fams) == len(doc["families"]) and len(norms) == len(doc["norms"])
+    stored = {(f["yardstick"], f["setting"], f["family"], f["norm"]): f for f in doc["families"]}
+    for f in fams:
+        s = stored[(f["yardstick"], f["setting"], f["family"], f["norm"])]
+        assert s["implementations"] == f["implementations"] and s["shortfall"] == f["shortfall"]
+        for k in ("expected", "worst", "bound"):
+            if f[k] is None or not np.isfinite(f[k]):
+                assert s[k] is None
+            else:
+                assert s[k] == pytest.approx(f[k], abs=1e-5)
+        if s["bound"] is not None:  # the bound is the worst sound run plus the margin of its yardstick
+            sound = runs[runs["sound"] & (runs["yardstick"] == s["yardstick"]) & (runs["setting"] == s["setting"])
+                         & (runs["family"] == s["family"]) & (runs["norm"] == s["norm"])]
+            assert s["worst"] == pytest.approx(sound["ucb"].max(), abs=1e-5)
+            assert s["bound"] == pytest.approx(s["worst"] + doc["margin"][s["yardstick"]], abs=1e-5)
+    for n, s in zip(norms, doc["norms"]):
+        assert (n["yardstick"], n["setting"], n["norm"], n["families"]) == (s["yardstick"], s["setting"], s["norm"],
+                                                                             s["families"])
+        used = [f["bound"] for f in doc["families"] if (f["yardstick"], f["setting"], f["norm"]) ==
+                (s["yardstick"], s["setting"], s["norm"]) and f["family"] in s["families"]]
+        assert s["bound"] == pytest.approx(max(used), abs=1e-6)
+    assert {s["name"] for s in doc["settings"]} == set(runs["setting"])
+    assert all("|" in k and len(v) == 2 and v[1] > 0 for k, v in doc["steps"].items())
+
+
+def test_the_shipped_margin_is_the_smallest_whose_held_out_false_positive_rates_pass(bench):
+    doc = json.loads(Y.YARDSTICK_FILE.read_text(encoding="utf-8"))
+    rates = pd.read_csv(bench.OUT_FPR)
+    for kind, margin in doc["margin"].items():
+        assert bench.choose_margin(rates, kind) == margin
+        mine = rates[(rates["yardstick"] == kind) & (rates["margin"] == margin) & (rates["jobs"] > 0)]
+        assert len(mine) and (mine["fpr_all"] <= bench.FPR_TARGET).all() and (mine["fpr_16"] <= bench.FPR_TARGET).all()
+        # and the rule sees a copy 25% farther on every held-out image of most sound jobs
+        assert (mine[mine["part"] == "held-out"]["recall_25pct"] >= 0.9).all()
+
+
+# ---------------------------------------------------------------- the rule
+def test_the_sign_test_counts_images_beyond_the_bound_failures_included():
+    k, n, p = Y.sign_test(np.array([0.1, 0.2, np.inf, 0.0, np.nan]), 0.05)
+    assert (k, n) == (3, 4) and p == pytest.approx(5 / 16)
+    assert Y.sign_test(np.zeros(10), 0.05) == (0, 10, 1.0)
+    assert Y.sign_test(np.full(8, 0.3), 0.05)[2] == pytest.approx(0.5 ** 8)
+
+
+def test_a_family_label_buys_no_laxer_yardstick():
+    """A plugin meets its norm's yardstick whatever family it names; a built-in meets its
+    family's where one is measured, its norm's where its family has no sound member."""
+    doc = Y.yardsticks()
+    fits = Y.fitting_settings({"steps_scale": 1.0, "budget": 2000})
+    assert fits, "no measured setting at or below the default run's"
+    norm = Y.expectation("exact", fits, "pgd", "linf", "a_plugin")
+    assert norm["basis"] == "norm" and "plugin" in norm["why_norm"]
+    for family in ("pgd", "yardplug", "fmn", "cw"):
+        assert Y.expectation("exact", fits, family, "linf", "a_plugin") == norm
+    own = Y.expectation("exact", fits, "pgd", "linf", "torchattacks")
+    assert own["basis"] == "family" and own["who"] == "sound pgd"
+    # C&W L∞ has no sound implementation on the digits MLPs: its built-ins meet the norm's yardstick
+    cw = Y.expectation("exact", fits, "cw", "linf", "adv_lib")
+    assert cw["basis"] == "norm" and cw["bound"] == norm["bound"]
+    # a weaker run than any measured setting has no yardstick; a stronger one the strongest measured
+    # setting at or below its own
+    assert Y.fitting_settings({"steps_scale": 0.05, "budget": 2000}) == []
+    assert Y.expectation("exact", [], "pgd", "linf", "torchattacks") is None
+    (entry,) = [f for f in doc["families"] if (f["yardstick"], f["family"], f["norm"], f["setting"]) ==
+                ("exact", "pgd", "linf", fits[0])]
+    assert own["bound"] == pytest.approx(entry["bound"]) and own["setting"] == fits[0]
+    assert Y.fitting_settings({"steps_scale": 0.3, "budget": 1000}) == [s["name"] for s in doc["settings"]
+                                                                        if s["steps_scale"] <= 0.3][::-1][:1]
+
+
+def test_the_run_settings_are_read_from_the_built_in_rows_parameters():
+    (key, (param, default)), *_ = Y.yardsticks()["steps"].items()
+    impl, norm = key.split("|")
+    rows = pd.DataFrame({"implementation": impl, "norm": norm, "model": "m", "sample": range(3), "best_distance": 1.0,
+                         "budget": 1000, "params": json.dumps({param: max(1, round(default * 0.5))})})
+    got = Y.run_settings(rows)
+    assert got["budget"] == 1000 and got["steps_scale"] == pytest.approx(0.5, rel=0.2) and got["source"] == "inferred"
+    assert Y.run_settings(rows, {"steps_scale": 1.0, "budget": 2000})["steps_scale"] == 1.0
+    assert Y.run_settings(rows.assign(params="{}"))["steps_scale"] is None
+
+
+def test_the_flag_is_a_defect():
+    assert "worse_than_yardstick" in FLAG_KINDS and is_defect(Y.FLAG)
+
+
+# ---------------------------------------------------------------- real runs
+SAMPLES, BUDGET = 32, 2000
+#: the plugin's own step counts run unscaled: the run's settings are steps_scale 1, budget 2000
+SETTINGS = {"steps_scale": 1.0, "budget": BUDGET}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The plugin's four specs on digits-mlp-tiny, and the model's exact L∞ minima."""
+    from attackaudit.adapters import catalogue
+    from attackaudit.exact.command import run_exact
+    from attackaudit.run.job import Job, job_rows as run_job
+    from attackaudit.run.worker import job_targets
+    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.zoo import load_model
+
+    specs = {s.key: (s, e.version) for e in catalogue(["yardplug"], plugins=(str(PLUGIN),)) for s in e.specs}
+    subset, model = load_subset("digits", SAMPLES, 0), load_model("digits-mlp-tiny")
+    frames = []
+    for key in ("yardplug/pgd/linf", "yardplug/pgd_own/linf", "yardplug/masked/linf", "yardplug/masked_own/linf"):
+        spec, version = specs[key]
+        job = Job(run="t", model="digits-mlp-tiny", spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=False)
+        frames.append(run_job(job, spec, version, model, subset, job_targets(job, subset, 10)))
+    exact = run_exact("digits-mlp-tiny", "linf", SAMPLES, 0, tmp_path_factory.mktemp("exact"), time_limit=60.0)
+    return pd.concat(frames, ignore_index=True), exact
+
+
+def _alone(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    return table[table["implementation"] == f"yardplug/{name}"]
+
+
+@pytest.mark.parametrize("name,family", [("masked", "pgd"), ("masked_own", "yardplug")])
+def test_a_farther_plugin_alone_is_flagged_and_not_trusted_under_either_family_name(tiny, name, family):
+    table, exact = tiny
+    rows = _alone(table, name)
+    assert set(rows["family"]) == {family} and (rows["status"] == "ok").all()
+    found = flags(rows, exact=exact, settings=SETTINGS)
+    mine = found[found["flag"] == "worse_than_yardstick"]
+    assert len(mine) == 1 and "exact minimum" in mine["evidence"].iat[0], found.to_string()
+    # nothing else tells it from its sound twin
+    assert set(found["flag"]) == {"worse_than_yardstick"}, found.to_string()
+    rec = recommend(rows, found, n_boot=20, exact=exact, settings=SETTINGS)
+    (row,) = rec.to_dict(orient="records")
+    assert row["verdict"] == "none" and not row["trusted"]
+    assert "not trusted:" in row["summary"] and "farther than the exact minimum" in row["summary"]
+    assert row["yardstick"] == "exact" and row["ratio"] > 1.3
+
+
+@pytest.mark.parametrize("name,family", [("pgd", "pgd"), ("pgd_own", "yardplug")])
+def test_its_sound_twin_alone_is_trusted_with_its_ratio_to_the_exact_minimum(tiny, name, family):
+    table, exact = tiny
+    rows = _alone(table, name)
+    found = flags(rows, exact=exact, settings=SETTINGS)
+    assert "worse_than_yardstick" not in set(found["flag"]), found.to_string()
+    rec = recommend(rows, found, n_boot=20, exact=exact, settings=SETTINGS)
+    (row,) = rec.to_dict(orient="records")
+    assert row["verdict"] == "only implementation" and row["trusted"]
+    assert row["yardstick"] == "exact" and 1.0 <= row["ratio"] < 1.1
+    assert row["trust_set"][0]["ratio"] == pytest.approx(row["ratio"])
+    assert "meets its yardstick" in row["summary"]
+
+
+def test_renaming_its_family_changes_its_siblings_never_its_trust(tiny):
+    """The farther copy beside the sound one: named ``pgd`` it is judged with it, named
+    ``yardplug`` with the sound copy of that name; flagged and untrusted either way."""
+    table, exact = tiny
+    for mine, twin in (("masked", "pgd"), ("masked_own", "pgd_own")):
+        rows = pd.concat([_alone(table, mine), _alone(table, twin)], ignore_index=True)
+        found = flags(rows, exact=exact, settings=SETTINGS)
+        named = set(found.loc[found["flag"] == "worse_than_yardstick", "implementation"])
+        assert named == {f"yardplug/{mine}"}, found.to_string()
+        rec = recommend(rows, found, n_boot=20, exact=exact, settings=SETTINGS)
+        (row,) = rec.to_dict(orient="records")
+        assert [m["implementation"] for m in row["trust_set"]] == [f"yardplug/{twin}"]
+
+
+def test_the_report_shows_each_trusted_picks_ratio_to_the_exact_minimum(tiny):
+    from attackaudit.reports.answer import answers
+    from attackaudit.reports.first_screen import norm_bests, screen_rows
+    from attackaudit.reports.tables import build
+
+    table, exact = tiny
+    data = build(table, manifests=[{"config": SETTINGS}], exact=exact)
+    rows = {r.implementation: r for r in screen_rows(answers(data), norm_bests(data))}
+    assert rows["yardplug/pgd"].ratio_text.endswith("× exact") and "× exact" in rows["yardplug/pgd"].note_text
+    assert "yardplug/masked" not in rows and "yardplug/masked_own" not in rows
+    found = data.flags[data.flags["flag"] == "worse_than_yardstick"]
+    assert set(found["implementation"]) == {"yardplug/masked", "yardplug/masked_own"}
+    assert math.isfinite(float(data.recommend.set_index("family").loc["pgd", "ratio"]))
+
+
+def test_the_defect_corpus_cases_of_a_worse_distance_are_named_with_the_shipped_exact_minima(bench):
+    """Recall on the corpus (benchmarks/defects/, ``flags = ["worse_than_yardstick"]``): each case's
+    recorded rows on digits-mlp-tiny, judged with the exact minima shipped with the package."""
+    from defect_cases import load_cases
+    import defect_corpus as dc
+
+    exact = bench.load_exact([ROOT / "harness" / "exact" / "shipped"])
+    cases = [c for c in load_cases() if Y.FLAG in c.flags]
+    assert cases
+    for case in cases:
+        defect, _ = dc.recorded(case)
+        found = flags(defect, exact=exact)
+        named = found[(found["implementation"] == case.implementation) & (found["norm"] == case.norm)]
+        assert Y.FLAG in set(named["flag"]), (case.id, found.to_string())
