@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor, nn
 
+from .release import per_eps_group, rows_follow_eps
 from .spec import AttackSpec, num_classes
 
 LIBRARY = "cleverhans"
@@ -46,13 +47,53 @@ def _y(labels: Tensor, targeted: bool, targets: Tensor | None) -> Tensor:
     return targets if targeted else labels
 
 
-def _fgm(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float,
+class RowEps(Tensor):
+    """One ε per row (N×1×…×1) that cleverhans' scalar checks can read honestly.
+
+    ``fast_gradient_method`` tests ``if eps < 0`` (raise) and ``if eps == 0`` (return the input);
+    a plain tensor of several values raises there. This one's truth value is that of its rows when
+    they all agree, and it raises when they do not, so a check passes only if it passes for every
+    row (the search's ε are all positive: both checks are false for every row). Everything else
+    is torch's own arithmetic, which broadcasts the rows.
+    """
+
+    def __bool__(self) -> bool:
+        rows = self.as_subclass(Tensor)
+        if bool(rows.all()):
+            return True
+        if not bool(rows.any()):
+            return False
+        raise RuntimeError("the rows of a per-sample ε disagree on a check cleverhans reads as one truth value")
+
+
+def _fgm(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float | Tensor,
          targeted: bool = False, targets: Tensor | None = None) -> Tensor:
-    """One signed/normalised gradient step of size ``eps``: N×C×H×W -> N×C×H×W in [0, 1]."""
+    """One signed/normalised gradient step of size ``eps`` (a float, or one per row: ``RowEps``):
+    N×C×H×W -> N×C×H×W in [0, 1]."""
+    if isinstance(eps, Tensor) and not _rows_eps_works(spec_norm):
+        def scalar(x: Tensor, y: Tensor, t: Tensor | None, e: float) -> Tensor:
+            return _fgm(spec_norm, model, x, y, eps=e, targeted=targeted, targets=t)
+        return per_eps_group(scalar, inputs, labels, targets, eps)
+    return _fgm_call(spec_norm, model, inputs, labels, eps=eps, targeted=targeted, targets=targets)
+
+
+def _fgm_call(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float | Tensor,
+              targeted: bool, targets: Tensor | None) -> Tensor:
+    """``_fgm`` without the probe: ``eps`` a float or an (N,) tensor, as given."""
     fast_gradient_method = _function("fast_gradient_method")
-    adv = fast_gradient_method(model, inputs, float(eps), ORD[spec_norm], clip_min=0.0, clip_max=1.0,
+    e = (eps.to(device=inputs.device, dtype=inputs.dtype).view(-1, *[1] * (inputs.dim() - 1)).as_subclass(RowEps)
+         if isinstance(eps, Tensor) else float(eps))
+    adv = fast_gradient_method(model, inputs, e, ORD[spec_norm], clip_min=0.0, clip_max=1.0,
                                y=_y(labels, targeted, targets), targeted=targeted)
-    return adv.detach()
+    return adv.detach().as_subclass(Tensor)
+
+
+def _rows_eps_works(spec_norm: str) -> bool:
+    """Whether this release's ``fast_gradient_method`` gives each row of a ``RowEps`` the row of a
+    scalar call (``release.rows_follow_eps`` on a tiny model); else one call per ε."""
+    return rows_follow_eps(("cleverhans", "fast_gradient_method", spec_norm),
+                           lambda model, x, y, e: _fgm_call(spec_norm, model, x, y, eps=e, targeted=False,
+                                                            targets=None))
 
 
 def _pgd(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float,
@@ -86,8 +127,9 @@ def specs() -> list[AttackSpec]:
 
     out: list[AttackSpec] = []
     for norm in ("l2", "linf"):
+        # per-sample ε (``RowEps``); PGD's random start draws ``uniform_(-eps, eps)``, which takes floats only
         out.append(AttackSpec(LIBRARY, "fast_gradient_method", "fgm", norm, "fixed", {},
-                              partial(_fgm, norm)))
+                              partial(_fgm, norm), per_sample_eps=True))
         # 2 queries per iteration: 50 iterations = 100 per call of the minimal-ε search
         pgd = {"nb_iter": 50, "step_factor": 2.5, "rand_init": True}
         out.append(AttackSpec(LIBRARY, "projected_gradient_descent", "pgd", norm, "fixed", pgd,

@@ -3,7 +3,8 @@
 foolbox returns ``(raw, clipped, success)``; the adapter returns ``clipped`` (the point clipped
 to the ε-ball and the box) and ignores the library's success flag. Targets go in a
 ``TargetedMisclassification`` criterion. Minimum-norm attacks take ``epsilons=None``; fixed-ε
-attacks a scalar ε (the minimal-ε search groups samples by ε). Iteration counts mirror the
+attacks a scalar ε (the minimal-ε search groups samples by ε), or for the L∞ ones one ε per row
+(``_fixed_rows``, where a probe on a tiny model says this release broadcasts it). Iteration counts mirror the
 adv-lib adapter where the family exists there, so implementations are compared at equal steps.
 A class this release lacks (FMN before 3.3.2) is not in its catalogue; hyperparameters go through
 ``release.bridge_keywords`` (``unsupported`` rows when a release cannot take one).
@@ -15,7 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .release import Unsupported, bridge_keywords
+from .release import Unsupported, bridge_keywords, per_eps_group, rows_follow_eps
 from .spec import AttackSpec
 
 LIBRARY = "foolbox"
@@ -67,13 +68,59 @@ def _minimal(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *,
     return clipped.detach()
 
 
-def _fixed(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float,
+def _fixed(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: float | Tensor,
            targeted: bool = False, targets: Tensor | None = None, **params: Any) -> Tensor:
-    """Fixed-ε attack at scalar ``eps``; returns N×C×H×W in [0, 1] (within ε), detached."""
+    """Fixed-ε attack at ``eps`` (a float, or one per row for the specs that declare
+    ``per_sample_eps``); returns N×C×H×W in [0, 1] (within ε), detached."""
+    if isinstance(eps, Tensor):
+        if _rows_eps_works(cls_name, params):
+            return _fixed_rows(cls_name, model, inputs, labels, eps=eps, targeted=targeted, targets=targets,
+                               **params)
+
+        def scalar(x: Tensor, y: Tensor, t: Tensor | None, e: float) -> Tensor:
+            return _fixed(cls_name, model, x, y, eps=e, targeted=targeted, targets=t, **params)
+        return per_eps_group(scalar, inputs, labels, targets, eps)
     attack = _attack(cls_name, params)
     _, clipped, _ = attack(_fmodel(model, inputs), inputs, _criterion(labels, targeted, targets),
                            epsilons=float(eps))
     return clipped.detach()
+
+
+def _fixed_rows(cls_name: str, model: nn.Module, inputs: Tensor, labels: Tensor, *, eps: Tensor,
+                targeted: bool, targets: Tensor | None, **params: Any) -> Tensor:
+    """``_fixed`` with one ε per row (``eps``: N), as an N×1×…×1 tensor on the inputs' device.
+
+    foolbox's ``__call__`` reads a tensor of ε as a list of N separate ε, so this makes the steps
+    of its fixed-ε ``__call__`` itself: ``run`` at the ε, the clip to the ball, and the forward of
+    the clipped point that ``__call__`` makes for its success flag (the tracker charges it, so
+    the queries stay those of a scalar call). Only the L∞ attacks broadcast such an ε in every
+    step (step size, random start, ``ep.clip``); the L1/L2 ones divide it by an (N,) norm.
+    """
+    from foolbox.attacks.base import get_criterion, get_is_adversarial
+
+    attack = _attack(cls_name, params)
+    fmodel = _fmodel(model, inputs)
+    e = eps.to(device=inputs.device, dtype=inputs.dtype).view(-1, *[1] * (inputs.dim() - 1))
+    criterion = get_criterion(_criterion(labels, targeted, targets))
+    adv = attack.run(fmodel, inputs, criterion, epsilon=e)
+    clipped = attack.distance.clip_perturbation(inputs, adv, e)
+    import eagerpy as ep
+
+    get_is_adversarial(criterion, fmodel)(ep.astensor(clipped))
+    return clipped.detach()
+
+
+def _rows_eps_works(cls_name: str, params: dict[str, Any]) -> bool:
+    """Whether this release's ``cls_name`` gives each row of a per-sample ε the row of a scalar
+    call (``release.rows_follow_eps``: two steps on a tiny model); else one call per ε."""
+    small = {**params, **({"steps": 2} if "steps" in params else {})}
+
+    def call(model: nn.Module, x: Tensor, y: Tensor, e: float | Tensor) -> Tensor:
+        if isinstance(e, Tensor):
+            return _fixed_rows(cls_name, model, x, y, eps=e, targeted=False, targets=None, **small)
+        return _fixed(cls_name, model, x, y, eps=e, **small)
+
+    return rows_follow_eps(("foolbox", cls_name), call)
 
 
 def _brendel_bethge(spec_norm: str, model: nn.Module, inputs: Tensor, labels: Tensor, *,
@@ -114,12 +161,12 @@ def specs() -> list[AttackSpec]:
                               steps_param=steps_param, note=note))
 
     def fixed(cls_name: str, family: str, spec_norm: str, steps_param: str = "steps",
-              targeted_support: bool = True, note: str = "", **params: Any) -> None:
+              targeted_support: bool = True, note: str = "", per_sample_eps: bool = False, **params: Any) -> None:
         if not hasattr(foolbox.attacks, cls_name):
             return
         out.append(AttackSpec(LIBRARY, cls_name, family, spec_norm, "fixed", params,
                               partial(_fixed, cls_name, **params), targeted_support=targeted_support,
-                              steps_param=steps_param, note=note))
+                              steps_param=steps_param, note=note, per_sample_eps=per_sample_eps))
 
     # 2 queries (forward + backward) per step: 500 steps = 1000 queries, as adv-lib's fmn/ddn
     for norm, cls_name in (("l0", "L0FMNAttack"), ("l1", "L1FMNAttack"), ("l2", "L2FMNAttack"),
@@ -138,10 +185,12 @@ def specs() -> list[AttackSpec]:
     # Fixed-ε attacks are called ~10-20 times by the minimal-ε search: ≤ 100 queries per call.
     fgm_note = "foolbox's fast gradient attacks raise ValueError('unsupported criterion') when targeted"
     for norm, prefix in (("l1", "L1"), ("l2", "L2"), ("linf", "Linf")):
-        fixed(f"{prefix}ProjectedGradientDescentAttack", "pgd", norm, steps=50)
-        fixed(f"{prefix}BasicIterativeAttack", "bim", norm, steps=10)  # foolbox's default
+        # per-sample ε: the L∞ attacks broadcast an N×1×…×1 ε (``_fixed_rows``); L1/L2 get one ε per call
+        rows = norm == "linf"
+        fixed(f"{prefix}ProjectedGradientDescentAttack", "pgd", norm, per_sample_eps=rows, steps=50)
+        fixed(f"{prefix}BasicIterativeAttack", "bim", norm, per_sample_eps=rows, steps=10)  # foolbox's default
         fixed(f"{prefix}FastGradientAttack", "fgm", norm, steps_param="", targeted_support=False,
-              note=fgm_note)
+              per_sample_eps=rows, note=fgm_note)
     # BB: FMN init (2×100) + 10 binary-search forwards + 2 queries per step: 200 + 10 + 2×850 ≈ 1910
     for norm in ("l0", "l1", "l2", "linf"):
         params = {"init": BB_INIT[norm], "init_steps": 100, "steps": 850}

@@ -110,6 +110,29 @@ def supports(key: tuple, probe: Callable[[], Any]) -> bool:
     return _PROBES[key]
 
 
+def rows_follow_eps(key: tuple, call: Callable[[torch.nn.Module, Tensor, Tensor, "float | Tensor"], Tensor]) -> bool:
+    """Whether ``call(model, x, y, eps)`` given one ε per row (an (N,) tensor) gives each row what
+    a scalar call at that row's ε gives: on a tiny model of its own, each call seeded alike (random
+    starts draw the same numbers), cached per process and ``key`` (``supports``). A release whose
+    code does not broadcast the tensor, or raises on it, answers False: the adapter then calls it
+    once per distinct ε (``per_eps_group``)."""
+    def probe() -> None:
+        x, _ = probe_inputs()
+        model = tiny_classifier()
+        with torch.no_grad():
+            y = model(x).argmax(1)  # rows the model classifies as labelled, as the search passes them
+        eps = torch.tensor([0.1, 0.2])
+        torch.manual_seed(0)
+        both = call(model, x.clone(), y, eps)
+        for row, value in enumerate(eps.tolist()):
+            torch.manual_seed(0)
+            alone = call(model, x.clone(), y, value)
+            if not torch.allclose(both[row], alone[row], atol=1e-6):
+                raise ValueError(f"row {row} differs from its scalar call")
+
+    return supports(key, probe)
+
+
 def per_eps_group(run_scalar: Callable[[Tensor, Tensor, Tensor | None, float], Tensor], inputs: Tensor,
                   labels: Tensor, targets: Tensor | None, eps: Tensor) -> Tensor:
     """Call ``run_scalar(inputs[i], labels[i], targets[i], ε)`` once per distinct ε of ``eps``

@@ -17,8 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .release import (Unsupported, bridge_keywords, call_accepting, per_eps_group, probe_inputs, supports,
-                      tiny_classifier)
+from .release import Unsupported, bridge_keywords, call_accepting, per_eps_group, rows_follow_eps
 from .spec import AttackSpec, num_classes
 
 LIBRARY = "torchattacks"
@@ -76,23 +75,14 @@ def _call(attack_cls, model: nn.Module, inputs: Tensor, labels: Tensor, *, targe
 
 def _tensor_eps_works(attack_cls, alpha_scale: float, params: dict[str, Any]) -> bool:
     """Whether this release's ``attack_cls`` gives each row of a per-sample ε tensor the row a
-    scalar call at that row's ε gives: two steps on a tiny model of its own (cached per process,
-    ``release.supports``). Releases where it does not (or raises) get one call per distinct ε."""
-    def probe() -> None:
-        x, y = probe_inputs()
-        model = tiny_classifier()
-        y = model(x).argmax(1)  # rows the model classifies as labelled, as the search passes them
-        small = {**params, **({"steps": 2} if "steps" in params else {})}
-        eps = torch.tensor([0.1, 0.2])
-        common = {"targeted": False, "targets": None, "alpha_scale": alpha_scale, "with_classes": False,
-                  "target_by_map": False, **small}
-        both = _call(attack_cls, model, x, y, eps=eps, **common)
-        for row, value in enumerate(eps.tolist()):
-            alone = _call(attack_cls, model, x, y, eps=value, **common)
-            if not torch.allclose(both[row], alone[row], atol=1e-6):
-                raise ValueError(f"row {row} differs from its scalar call")
-
-    return supports(("torchattacks", attack_cls.__name__, str(params.get("norm")), str(params.get("loss"))), probe)
+    scalar call at that row's ε gives (``release.rows_follow_eps``: two steps on a tiny model).
+    Releases where it does not (or raises) get one call per distinct ε."""
+    small = {**params, **({"steps": 2} if "steps" in params else {})}
+    common = {"targeted": False, "targets": None, "alpha_scale": alpha_scale, "with_classes": False,
+              "target_by_map": False, **small}
+    return rows_follow_eps(
+        ("torchattacks", attack_cls.__name__, str(params.get("norm")), str(params.get("loss"))),
+        lambda model, x, y, eps: _call(attack_cls, model, x, y, eps=eps, **common))
 
 
 def _set_targeted(attack, targets: Tensor | None) -> None:
