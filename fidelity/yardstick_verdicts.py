@@ -16,7 +16,8 @@ from .stats import ALPHA
 from .yardstick import MIN_IMAGES, assess, log_ratios, pct_text
 
 STANDING_COLUMNS = ["norm", "implementation", "library_version", "yardstick", "ratio", "expected_ratio", "bound_ratio",
-                    "who", "n_images", "flagged", "status", "samples_needed", "reason"]
+                    "who", "n_images", "flagged", "status", "samples_needed", "reason", "shortfall",
+                    "norm_expected_ratio"]
 
 
 def images_needed(beyond: int, n: int, alpha: float = ALPHA, power: float = 0.8, cap: int = 4096) -> int | None:
@@ -43,7 +44,9 @@ def standing(table: pd.DataFrame, exact: pd.DataFrame | None = None,
     ``bound_ratio`` of its yardstick (as ratios), ``who`` sets it, whether it is ``flagged``, and
     its ``status``: "worse" (flagged), "undecided" (a judged model's median lies beyond the bound,
     not shown: ``samples_needed`` per model would show it with 80% power at the share seen),
-    "meets" (every judged model's median within the bound) or "none". ``STANDING_COLUMNS``."""
+    "meets" (every judged model's median within the bound) or "none"; ``shortfall``: its family is
+    weak at these settings (its sound members land far beyond the norm's strong families, whose
+    expected ratio is ``norm_expected_ratio``). ``STANDING_COLUMNS``."""
     a = assess(table, exact, settings) if assessed is None else assessed
     if a.empty:
         return pd.DataFrame(columns=STANDING_COLUMNS)
@@ -62,7 +65,7 @@ def standing(table: pd.DataFrame, exact: pd.DataFrame | None = None,
                          "ratio": float(np.exp(np.nanmedian(mine["log_ratio"]))) if len(mine) else np.nan,
                          "expected_ratio": np.nan, "bound_ratio": np.nan, "who": "",
                          "n_images": int(len(mine)), "flagged": False, "status": "none", "samples_needed": np.nan,
-                         "reason": str(g["reason"].iat[0])})
+                         "reason": str(g["reason"].iat[0]), "shortfall": False, "norm_expected_ratio": np.nan})
             continue
         jobs = g[g["yardstick"] == kind]
         mine = lr[mask & (lr["yardstick"] == kind) & lr["model"].isin(set(jobs["model"]))]
@@ -80,7 +83,8 @@ def standing(table: pd.DataFrame, exact: pd.DataFrame | None = None,
                      "bound_ratio": float(np.exp(jobs["bound"].iat[0])), "who": str(jobs["who"].iat[0]),
                      "n_images": int(len(values)), "flagged": flagged, "status": status,
                      "samples_needed": float(max(samples)) if samples and status == "undecided" else np.nan,
-                     "reason": ""})
+                     "reason": "", "shortfall": bool(jobs["shortfall"].astype(bool).any()),
+                     "norm_expected_ratio": float(np.exp(jobs["norm_expected_log_ratio"].astype(float).iat[0]))})
     return pd.DataFrame(rows, columns=STANDING_COLUMNS)
 
 
@@ -143,7 +147,10 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
         out.at[i, "ratio"] = _num(s.get("ratio"))
         out.at[i, "expected_ratio"] = _num(s.get("expected_ratio"))
         words = verdict_text(s)
-        if row["verdict"] == "none" and words:
+        if s.get("shortfall") and row["trusted"]:  # a family weak at these settings gets no trusted pick
+            for col, value in weak_family(row, s).items():
+                out.at[i, col] = value
+        elif row["verdict"] == "none" and words:
             out.at[i, "note"] = f"{row['implementation']} {words}; {row['note']}".rstrip("; ")
             out.at[i, "summary"] = f"{row['implementation']} {words}. {row['summary']}"
         elif s.get("status") == "undecided" and row["trusted"]:
@@ -171,6 +178,19 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def weak_family(row: Mapping, s: Mapping) -> dict:
+    """The "none" verdict of a family in shortfall whose pick would otherwise be trusted: its
+    members are not defects (each is within its sound family's bound), but sound members of the
+    family land far beyond the norm's strong families at these settings, so no member is a pick."""
+    ref = "the exact minimum" if s["yardstick"] == "exact" else "the strong envelope"
+    words = (f"{row['family']} is weak under {row['norm']} at these settings: {row['implementation']} lands "
+             f"{s['ratio']:.2f}× {ref} (median per image) where sound {row['family']} get {s['expected_ratio']:.2f}× "
+             f"and the norm's strong families {s['norm_expected_ratio']:.2f}×; none is trusted (more steps or "
+             "budget, or another family of the norm)")
+    return {"verdict": "none", "trusted": False, "trust_set": [], "note": "; ".join(
+        x for x in (words, str(row["note"] or "")) if x), "summary": f"none: {words}. {row['summary']}"}
+
+
 def _num(x) -> float:
     try:
         return float(x)
@@ -188,4 +208,4 @@ def annotated(rec: pd.DataFrame, table: pd.DataFrame, exact: pd.DataFrame | None
 
 
 __all__ = ["STANDING_COLUMNS", "annotate", "annotated", "images_needed", "manifest_settings", "ratio_text", "standing",
-           "verdict_text"]
+           "verdict_text", "weak_family"]
