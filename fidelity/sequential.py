@@ -29,6 +29,7 @@ from .flags import flags
 from .leaderboard import leaderboard
 from .recommend import recommend
 from .stats import ALPHA
+from .yardstick_verdicts import annotate, standing
 
 #: ρ of the spending function α·t^ρ (the power family; 3 is close to O'Brien–Fleming's): it keeps
 #: most of α for the cap, where "tied" needs it (three doubling looks: 0.0008, 0.0055, 0.044). With
@@ -90,11 +91,14 @@ def verdicts(rec: pd.DataFrame) -> dict[str, str]:
 
 
 def judge(table: pd.DataFrame, alpha: float, repeats: pd.DataFrame | None = None,
-          exact: pd.DataFrame | None = None, dataset_images: int | None = None) -> pd.DataFrame:
+          exact: pd.DataFrame | None = None, dataset_images: int | None = None,
+          settings: dict | None = None) -> pd.DataFrame:
     """The recommendation of one look's rows at its level ``alpha``: the flags (``repeats``: the
     second seeded run of ``--repeat 2``; ``exact``: exact minimal distances, left out of a targeted
     run as the report leaves them), the leaderboard and ``recommend``, as ``attackaudit report``
-    computes them. Empty when no row has a result."""
+    computes them (``settings``: the run's ``steps_scale`` and ``budget``, from its manifest as the
+    report reads them, so that the yardstick is looked up at the same setting). Empty when no row
+    has a result."""
     if "status" in table.columns:
         table = table[table["status"].astype(str) != HARNESS_ERROR]
     if table.empty:
@@ -102,11 +106,15 @@ def judge(table: pd.DataFrame, alpha: float, repeats: pd.DataFrame | None = None
     if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
         exact = None
     try:
-        found = flags(table, repeats, exact=exact)
+        found = flags(table, repeats, exact=exact, settings=settings)
     except ValueError:
         raise
     except Exception:  # exact distances that do not match the rows: judged without them, as the report does
         if exact is None:
             raise
-        found = flags(table, repeats)
-    return recommend(table, found, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)
+        exact = None
+        found = flags(table, repeats, settings=settings)
+    rec = recommend(table, found, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)
+    # the yardstick's standing can turn a sole implementation "inconclusive" or a family "none"
+    # (reports/tables.py annotates the same way): without it the runner would stop rows the report reopens
+    return annotate(rec, standing(table, exact, settings))

@@ -16,18 +16,20 @@ import pandas as pd
 from attackaudit import fidelity
 from attackaudit.fidelity.sequential import row_key
 from attackaudit.fidelity.stats import ALPHA
+from attackaudit.fidelity.yardstick_verdicts import annotate
 from attackaudit.results.looks import judge_run
 from attackaudit.results.store import dataset_images
 
 
 def recommend_looks(table: pd.DataFrame, flags_df: pd.DataFrame, board: pd.DataFrame, runs: list[Path],
-                    manifests: list[dict]) -> tuple[pd.DataFrame, list[str]]:
+                    manifests: list[dict], stand: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[str]]:
     """(``fidelity.recommend`` of the report's rows at the α the runs' manifests record
-    (``look_alpha``), every row a later look answered replaced by its last look's verdict
-    (``final_verdicts``); notes on the looks)."""
+    (``look_alpha``), annotated with the implementations' yardstick ``stand``ing, every row a later
+    look answered replaced by its last look's verdict (``final_verdicts``, annotated on that look's
+    images as the runner judged it); notes on the looks)."""
     rec = fidelity.recommend(table, flags_df, board=board, dataset_images=dataset_images(manifests),
                              alpha=look_alpha(manifests))
-    return final_verdicts(rec, runs, manifests)
+    return final_verdicts(annotate(rec, stand), runs, manifests)
 
 
 def look_alpha(manifests: list[dict]) -> float:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from attackaudit.fidelity.sequential import judge
+from attackaudit.fidelity.yardstick_verdicts import manifest_settings
 from attackaudit.results.store import load_exact, load_run, read_manifest, repeat_dir
 
 #: where the looks after the first live in a run directory: ``OUT/looks/n<images>``
@@ -28,4 +29,4 @@ def judge_run(run_dir: Path, alpha: float) -> pd.DataFrame:
     repeats = load_run(again) if again.is_dir() else None
     manifest = read_manifest(run_dir) or {}
     return judge(load_run(run_dir), alpha, repeats if repeats is not None and len(repeats) else None,
-                 load_exact(run_dir), manifest.get("dataset_images"))
+                 load_exact(run_dir), manifest.get("dataset_images"), manifest_settings([manifest]))
