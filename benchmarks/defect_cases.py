@@ -54,6 +54,9 @@ class Case:
     #: the release audit's verdict (fidelity.diff) of the patched twin as the old release against
     #: the defect as the new one, with ε-use evidence (fidelity/eps_use.py); "" when not judged
     audit: str = ""
+    #: why no rule separates the defect from its patched twin at any setting tried (the entry stays,
+    #: shown in the table, but does not count toward any rule's recall); "" for a separable case
+    inseparable: str = ""
     path: Path = field(default=Path("."), compare=False)
 
     @property
@@ -118,7 +121,15 @@ def load_case(path: str | Path) -> Case:
                 in_every_run=bool(data.get("in_every_run", False)),
                 fix_why=(fix or {}).get("why", ""), patches=patches,
                 control=(control or {}).get("spec", ""), control_why=(control or {}).get("why", ""), audit=audit,
-                path=path)
+                inseparable=_text(data, "inseparable", where), path=path)
+
+
+def _text(data: dict, key: str, where: str) -> str:
+    """An optional string key ("" when absent)."""
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise CaseError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
+    return value
 
 
 def load_cases(ids: list[str] | None = None) -> list[Case]:

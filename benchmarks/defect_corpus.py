@@ -9,14 +9,17 @@ release in this interpreter, another release in an overlay of it); the patched t
 release's package with the entry's source patch) is prepared as a release candidate
 (``harness/audit/env.py`` ``prepare_env(..., source=TREE)``, the ``LIB@PATH`` machinery) and the
 spec alone runs under its interpreter; its rows replace the defective ones beside the same
-siblings. Both tables go through ``fidelity.flags`` and ``fidelity.recommend``. ``--record`` stores
+siblings. Both tables go through ``fidelity.flags`` and ``fidelity.recommend`` as a user's default
+run's would: with the exact minima that run writes for the case's models (``case_exact``) and the
+case's settings (``case_settings``), which pick the measured yardstick. ``--record`` stores
 the rows under benchmarks/defects/rows/ (what ``tests/test_defect_corpus.py`` judges in
 ``make test``); ``--rows`` judges the recorded rows instead of running anything.
 
 The table: per case the expected flag(s), the flags on the defect and on the fix, and the trust
 verdict on each (trusted: in the trust set of its family and norm), and whether a user's run at the
 default and at the demo size named it (stored rows, below); per rule, recall (cases whose defect it
-named) and false flags on the patched twins and on the sound built-ins (the siblings).
+named; an ``inseparable`` case is shown, not counted) and false flags on the patched twins and on the
+sound built-ins (the siblings).
 
 ``--size``: recall at the size a user runs (``defect_sizes.py``): each case and its patched twin
 run with ``attackaudit run``'s default settings, or the demo preset's, read from
@@ -66,6 +69,11 @@ class Outcome:
         return not self.case.audit or not self.audit_fix.startswith(self.case.audit)
 
     @property
+    def counted(self) -> bool:
+        """Whether the case counts toward recall (an ``inseparable`` entry is shown, not counted)."""
+        return not self.case.inseparable
+
+    @property
     def named(self) -> bool:
         return set(self.case.flags) <= set(self.on_defect) and self.audit_named
 
@@ -89,7 +97,7 @@ def _config(case: Case, out: Path, attacks: list[str], python: str = "", size: s
 
     from attackaudit.run.config import RunConfig
 
-    if "exact" in {f.name for f in fields(RunConfig)}:  # exact minima: the corpus's flags never read them
+    if "exact" in {f.name for f in fields(RunConfig)}:  # no solving: judged with the shipped minima (case_exact)
         settings["exact"] = False
     return resolve({"out": str(out), "attacks": attacks, **settings, "targeted": bool(r["targeted"]),
                     "python": python, "workers": 1, "quiet": True, "force": True})
@@ -155,10 +163,11 @@ def _named(found: pd.DataFrame, impl: str, norm: str, version: str | None = None
     return sorted(set(found.loc[m, "flag"]))
 
 
-def _trust(table: pd.DataFrame, found: pd.DataFrame, impl: str, family: str, norm: str) -> str:
+def _trust(table: pd.DataFrame, found: pd.DataFrame, impl: str, family: str, norm: str, case: Case,
+           size: str = "") -> str:
     from attackaudit.fidelity import recommend
 
-    rec = recommend(table, found, n_boot=50)
+    rec = recommend(table, found, n_boot=50, exact=case_exact(case), settings=case_settings(case, size))
     row = rec[(rec["family"] == family) & (rec["norm"] == norm)]
     if row.empty:
         return "not judged"
@@ -169,20 +178,45 @@ def _trust(table: pd.DataFrame, found: pd.DataFrame, impl: str, family: str, nor
     return "top pick" if members[0] == impl else f"trusted ({r['verdict']})"
 
 
-def measured_flags(table: pd.DataFrame) -> pd.DataFrame:
+def case_exact(case: Case) -> pd.DataFrame | None:
+    """The exact minima a user's default run writes for the case's models (``harness/exact``
+    writes them on ``EXACT_MODELS``; the shipped tables hold seed 0's first samples, which every
+    case's images are), every norm; None where no model of the case has them."""
+    from attackaudit.exact.defaults import EXACT_MODELS, base_model
+    from attackaudit.exact.ship import shipped_path
+
+    parts = []
+    for model in dict.fromkeys(base_model(m) for m in case.run["models"]):
+        for norm in ("linf", "l2", "l1", "l0") if model in EXACT_MODELS else ():
+            if shipped_path(model, norm).is_file():
+                e = pd.read_parquet(shipped_path(model, norm))
+                parts.append(e if "model" in e.columns else e.assign(model=model))
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def case_settings(case: Case, size: str = "") -> dict:
+    """The ``steps_scale`` and ``budget`` the case's run used (a user's run's at ``size``): the
+    settings a run's manifest gives its yardstick (``fidelity.yardstick.run_settings``)."""
+    r = size_settings(size) if size else case.run
+    return {"steps_scale": float(r["steps_scale"]), "budget": float(r["budget"])}
+
+
+def measured_flags(table: pd.DataFrame, case: Case | None = None, size: str = "") -> pd.DataFrame:
     """``fidelity.flags`` without ``known_defect``: that flag is the corpus' own knowledge read
-    back (fidelity/known_defects.py), never a rule's measurement, so it never counts as recall."""
+    back (fidelity/known_defects.py), never a rule's measurement, so it never counts as recall.
+    With ``case``: judged as a user's default run would be, with the exact minima it writes for the
+    case's models (``case_exact``) and the run's settings (``case_settings``)."""
     from attackaudit.fidelity import flags
 
-    found = flags(table)
+    found = flags(table) if case is None else flags(table, exact=case_exact(case), settings=case_settings(case, size))
     return found[found["flag"] != "known_defect"]
 
 
 def named_flags(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(the measured flags on the defective spec, those on the patched twin or the control)."""
     table, fix_impl, fix_version = fix_table(case, defect, fix)
-    return (_named(measured_flags(defect), case.implementation, case.norm),
-            _named(measured_flags(table), fix_impl, case.norm, fix_version))
+    return (_named(measured_flags(defect, case), case.implementation, case.norm),
+            _named(measured_flags(table, case), fix_impl, case.norm, fix_version))
 
 
 def _audit_verdict(old: pd.DataFrame, new: pd.DataFrame, impl: str, norm: str) -> str:
@@ -209,20 +243,20 @@ def audit_verdicts(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> tuple
             _audit_verdict(mine, fix, case.implementation, case.norm))
 
 
-def judge(case: Case, defect: pd.DataFrame, fix: pd.DataFrame) -> Outcome:
-    """Flags and trust on the defect's table and on the fix's."""
+def judge(case: Case, defect: pd.DataFrame, fix: pd.DataFrame, size: str = "") -> Outcome:
+    """Flags and trust on the defect's table and on the fix's (``size``: a run at a user's size)."""
     norm = case.norm
-    found = measured_flags(defect)
+    found = measured_flags(defect, case, size)
     family = str(defect.loc[defect["implementation"] == case.implementation, "family"].iloc[0])
     table, fix_impl, fix_version = fix_table(case, defect, fix)
-    found_fix = measured_flags(table)
+    found_fix = measured_flags(table, case, size)
     siblings = {s.rsplit("/", 1)[0]: _named(found, s.rsplit("/", 1)[0], s.rsplit("/", 1)[1])
                 for s in case.run["siblings"]}
     label = f"{fix_impl} {fix_version}" if case.patches else f"control {fix_impl}"
     audit_defect, audit_fix = audit_verdicts(case, defect, fix)
     return Outcome(case, _named(found, case.implementation, norm), _named(found_fix, fix_impl, norm, fix_version),
-                   _trust(defect, found, case.implementation, family, norm),
-                   _trust(table, found_fix, fix_impl, family, norm), siblings, label,
+                   _trust(defect, found, case.implementation, family, norm, case, size),
+                   _trust(table, found_fix, fix_impl, family, norm, case, size), siblings, label,
                    audit_defect=audit_defect, audit_fix=audit_fix)
 
 
@@ -259,24 +293,28 @@ def table(outcomes: list[Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
         "on fix": _cell(o.on_fix) + (f" ({o.fix_label})" if not o.case.patches else "")
         + (f"; audit {o.audit_fix}" if o.case.audit else ""),
         "trust (defect)": o.trust_defect, "trust (fix)": o.trust_fix,
-        "named": "yes" if o.named else "NO", "fix clean": "yes" if o.clean else "NO",
+        "named": ("yes" if o.named else "NO") if o.counted else f"{'yes' if o.named else 'no'} (inseparable)",
+        "fix clean": "yes" if o.clean else "NO",
         **{f"named in a {size} run": size_cell(stored, o.case.id, size) for size in SIZES}} for o in outcomes])
     rules = sorted({f for o in outcomes for f in o.case.flags})
     rows = []
     for rule in rules:
-        mine = [o for o in outcomes if rule in o.case.flags]
+        mine = [o for o in outcomes if rule in o.case.flags and o.counted]
+        apart = [o for o in outcomes if rule in o.case.flags and not o.counted]
         sibs = [(o.case.id, s) for o in outcomes for s, names in o.sibling_flags.items() if rule in names]
         n_sibs = sum(len(o.sibling_flags) for o in outcomes)
         rows.append({"rule": rule, "recall": f"{sum(rule in o.on_defect for o in mine)} of {len(mine)}",
                      "false flags on patched twins": f"{sum(rule in o.on_fix for o in mine)} of {len(mine)}",
                      "false flags on sound built-ins": f"{len(sibs)} of {n_sibs}",
-                     "missed": ", ".join(o.case.id for o in mine if rule not in o.on_defect) or "—"})
+                     "missed": ", ".join(o.case.id for o in mine if rule not in o.on_defect) or "—",
+                     "inseparable (not counted)": ", ".join(o.case.id for o in apart) or "—"})
     audited = [o for o in outcomes if o.case.audit]
     if audited:  # the release audit's ε-use rule (fidelity/eps_use.py), judged as a rule of its own
         rows.append({"rule": "audit: ε use", "recall": f"{sum(o.audit_named for o in audited)} of {len(audited)}",
                      "false flags on patched twins": f"{sum(not o.audit_clean for o in audited)} of {len(audited)}",
                      "false flags on sound built-ins": "—",
-                     "missed": ", ".join(o.case.id for o in audited if not o.audit_named) or "—"})
+                     "missed": ", ".join(o.case.id for o in audited if not o.audit_named) or "—",
+                     "inseparable (not counted)": "—"})
     return cases, pd.DataFrame(rows)
 
 
@@ -334,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     print(show(cases))
     print(show(rules))
     print(f"{len(outcomes)} cases in {time.perf_counter() - start:.0f} s")
-    return 0 if all(o.named and o.clean for o in outcomes) else 1
+    return 0 if all(o.named and o.clean for o in outcomes if o.counted) else 1
 
 
 def main_sizes(cases: list[Case], sizes: list[str], work: Path, store: bool, markdown: bool) -> int:
@@ -345,7 +383,7 @@ def main_sizes(cases: list[Case], sizes: list[str], work: Path, store: bool, mar
         for size in sizes:
             t0 = time.perf_counter()
             defect, fix = run_case(case, work, size)
-            row = size_row(case, size, judge(case, defect, fix), defect, time.perf_counter() - t0)
+            row = size_row(case, size, judge(case, defect, fix, size), defect, time.perf_counter() - t0)
             rows.append(row)
             if store:
                 store_sizes([row])

@@ -84,8 +84,10 @@ def test_the_shipped_margin_is_the_smallest_whose_held_out_false_positive_rates_
         assert bench.choose_margin(rates, kind) == margin
         mine = rates[(rates["yardstick"] == kind) & (rates["margin"] == margin) & (rates["jobs"] > 0)]
         assert len(mine) and (mine["fpr_all"] <= bench.FPR_TARGET).all() and (mine["fpr_16"] <= bench.FPR_TARGET).all()
-        # and the rule sees a copy 25% farther on every held-out image of most sound jobs
-        assert (mine[mine["part"] == "held-out"]["recall_25pct"] >= 0.9).all()
+        # and the rule sees a copy 25% farther on every held-out image of most sound jobs (the envelope's
+        # 0.898 counts the sound jobs of families in shortfall, judged on their own, wider bounds since
+        # issue 50's change; 0.921 when the norm's bound flagged them by design)
+        assert (mine[mine["part"] == "held-out"]["recall_25pct"] >= 0.89).all()
 
 
 # ---------------------------------------------------------------- the rule
@@ -111,6 +113,16 @@ def test_a_family_label_buys_no_laxer_yardstick():
     # C&W L∞ has no sound implementation on the digits MLPs: its built-ins meet the norm's yardstick
     cw = Y.expectation("exact", fits, "cw", "linf", "adv_lib")
     assert cw["basis"] == "norm" and cw["bound"] == norm["bound"]
+    # C&W L2, a strong family in shortfall at these steps, keeps the bound its sound members set
+    # (a member is a defect only when worse than they are); a plugin naming it still meets the norm's
+    (entry,) = [f for f in doc["families"] if (f["yardstick"], f["family"], f["norm"], f["setting"]) ==
+                ("exact", "cw", "l2", fits[0])]
+    assert entry["shortfall"] and entry["usable"]
+    weak = Y.expectation("exact", fits, "cw", "l2", "cleverhans")
+    assert weak["basis"] == "family" and weak["shortfall"] and weak["bound"] == pytest.approx(entry["bound"])
+    plugin_l2 = Y.expectation("exact", fits, "cw", "l2", "a_plugin")
+    assert plugin_l2["basis"] == "norm" and plugin_l2["bound"] < weak["bound"]
+    assert weak["norm_expected"] == pytest.approx(plugin_l2["expected"])
     # a weaker run than any measured setting has no yardstick; a stronger one the strongest measured
     # setting at or below its own
     assert Y.fitting_settings({"steps_scale": 0.05, "budget": 2000}) == []
@@ -228,17 +240,43 @@ def test_the_report_shows_each_trusted_picks_ratio_to_the_exact_minimum(tiny):
     assert math.isfinite(float(data.recommend.set_index("family").loc["pgd", "ratio"]))
 
 
-def test_the_defect_corpus_cases_of_a_worse_distance_are_named_with_the_shipped_exact_minima(bench):
+def test_the_defect_corpus_cases_of_a_worse_distance_are_named_beside_clean_patched_twins(bench):
     """Recall on the corpus (benchmarks/defects/, ``flags = ["worse_than_yardstick"]``): each case's
-    recorded rows on digits-mlp-tiny, judged with the exact minima shipped with the package."""
+    recorded rows on digits-mlp-tiny, judged as ``defect_corpus`` judges them (the exact minima a
+    default run writes, the case's settings): named, and its patched twin clean. A case marked
+    ``inseparable`` is one the rule does not separate from its twin (not named, or the twin flagged
+    too): it counts toward no recall, and the mark must stay true."""
     from defect_cases import load_cases
     import defect_corpus as dc
 
-    exact = bench.load_exact([ROOT / "harness" / "exact" / "shipped"])
     cases = [c for c in load_cases() if Y.FLAG in c.flags]
-    assert cases
+    counted = [c for c in cases if not c.inseparable]
+    assert len(cases) >= 8 and counted
     for case in cases:
-        defect, _ = dc.recorded(case)
-        found = flags(defect, exact=exact)
-        named = found[(found["implementation"] == case.implementation) & (found["norm"] == case.norm)]
-        assert Y.FLAG in set(named["flag"]), (case.id, found.to_string())
+        defect, fix = dc.recorded(case)
+        on_defect, on_fix = dc.named_flags(case, defect, fix)
+        separated = Y.FLAG in on_defect and Y.FLAG not in on_fix
+        assert separated != bool(case.inseparable), (case.id, on_defect, on_fix)
+
+
+def test_a_family_weak_at_these_settings_keeps_its_members_unflagged_and_gets_no_pick(bench):
+    """cleverhans' C&W L2 patched twin (benchmarks/defects/, recorded rows on digits-mlp-tiny at half
+    the steps): within the bound of sound C&W L2, so not a defect, yet C&W L2 lands far beyond the
+    L2 norm's strong families there (shortfall), so its family gets no trusted pick and says why."""
+    from defect_cases import load_cases
+    import defect_corpus as dc
+
+    (case,) = load_cases(["cleverhans-cw-l2-bound-alias"])
+    defect, fix = dc.recorded(case)
+    table, impl, _ = dc.fix_table(case, defect, fix)
+    exact, settings = dc.case_exact(case), dc.case_settings(case)
+    found = flags(table, exact=exact, settings=settings)
+    assert Y.FLAG not in set(found.loc[found["implementation"] == impl, "flag"]), found.to_string()
+    a = Y.assess(table, exact, settings)
+    (mine,) = a[a["implementation"] == impl].to_dict(orient="records")
+    assert mine["basis"] == "family" and mine["shortfall"] and not mine["flagged"]
+    assert mine["median_log_ratio"] > mine["norm_expected_log_ratio"] + np.log(1.25)
+    rec = recommend(table, found, n_boot=20, exact=exact, settings=settings)
+    (row,) = rec[(rec["family"] == "cw") & (rec["norm"] == "l2")].to_dict(orient="records")
+    assert row["verdict"] == "none" and not row["trusted"] and not row["trust_set"]
+    assert "cw is weak under l2 at these settings" in row["summary"] and "× the exact minimum" in row["summary"]
