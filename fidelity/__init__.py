@@ -4,6 +4,7 @@ Input everywhere is the per-sample result table (harness/run/job.py ``ROW_COLUMN
 (status handling, twins, degenerate cases, flag thresholds, the diff verdict) are in
 fidelity/README.md.
 """
+from ._table import prepare, twins_of
 from .alignment import POOLED, align
 from .curves import attack_success_rate, curve_area, robust_accuracy, robustness_curve
 from .diff import VERDICT_FLAGS, VERDICT_RULE, diff
@@ -20,4 +21,5 @@ __all__ = [
     "robustness_curve", "curve_area", "robust_accuracy", "attack_success_rate",
     "envelope", "optimality", "optimality_attackbench", "eps0_of", "local_optimality", "global_optimality",
     "align", "paired_comparison", "flags", "flagged", "diff", "leaderboard", "recommend",
+    "prepare", "twins_of",
 ]

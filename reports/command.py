@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import FORMATS, write_report
 from .run_files import dump_json, load_runs, records
+from attackaudit.errors import InputError
 
 
 def _formats(values: list[str] | None) -> tuple[str, ...]:
@@ -26,7 +27,7 @@ def _formats(values: list[str] | None) -> tuple[str, ...]:
         for f in str(v).split(","):
             f = f.strip().lower()
             if f and f not in FORMATS:
-                raise ValueError(f"--format {f!r}: choose from {', '.join(FORMATS)}")
+                raise InputError(f"--format {f!r}: choose from {', '.join(FORMATS)}")
             if f:
                 out.append(f)
     return tuple(dict.fromkeys(out)) or FORMATS
@@ -89,10 +90,10 @@ def compare_main(args: argparse.Namespace) -> int:
     table_b, manifests_b, _ = load_runs([run_b])
     settings, grid = setting_changes(manifests_a[0], manifests_b[0])
     if settings and not getattr(args, "across_settings", False):
-        raise ValueError(refusal(str(run_a), str(run_b), settings))
+        raise InputError(refusal(str(run_a), str(run_b), settings))
     notes = ([settings_label(settings)] if settings else []) + (
         [f"The grids differ ({'; '.join(grid)}): what one run lacks is new or removed."] if grid else [])
-    from attackaudit.results.store import dataset_images
+    from attackaudit.sources.dataset_images import dataset_images
     diff = fidelity.diff(table_a, table_b, alpha=getattr(args, "alpha", 0.05),
                          min_delta=getattr(args, "min_delta", None), by_model=bool(getattr(args, "by_model", False)),
                          dataset_images=dataset_images(manifests_b))
@@ -100,7 +101,7 @@ def compare_main(args: argparse.Namespace) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"cannot write the comparison into {out} ({exc.strerror or exc})") from None
+        raise InputError(f"cannot write the comparison into {out} ({exc.strerror or exc})") from None
     from .audit_text import verdict_line
 
     diff.to_csv(out / "diff.csv", index=False)

@@ -18,7 +18,7 @@ from attackaudit.fidelity.sequential import row_key
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.fidelity.yardstick_verdicts import annotate
 from attackaudit.results.looks import judge_run
-from attackaudit.results.store import dataset_images
+from attackaudit.sources.dataset_images import dataset_images
 
 
 def recommend_looks(table: pd.DataFrame, flags_df: pd.DataFrame, board: pd.DataFrame, runs: list[Path],

@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attackaudit.fidelity._table import prepare  # every fidelity check reads the table through it
+from attackaudit.fidelity import prepare, twins_of  # every fidelity check reads the table through it
 from attackaudit.fidelity.equivalence import answer, compare, pair_values
 from attackaudit.fidelity.stats import ALPHA, holm
 from attackaudit.fidelity.twins import seed_twin_check
+from attackaudit.results.schema import SEED, Twin, with_twin_columns
 
-SEED = "~seed"
 COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ", "largest_relative_difference",
            "answer", "flags", "rng_used", "declared"]
 
@@ -47,18 +47,18 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str
     ``equivalence.compare`` of seed twin against model (both endpoints), Holm over the rows;
     ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
     ``~seed`` rows."""
-    if not table["model"].astype(str).str.endswith(SEED).any():
+    if not (with_twin_columns(table)["twin"] == SEED).any():
         return None
     t = prepare(table)
     check = seed_twin_check(t)
     if check.empty:
         return pd.DataFrame(columns=COLUMNS)
     dist = {k: g.set_index("sample")["best_distance"]
-            for k, g in t.groupby(["model", "norm", "implementation", "library_version"], sort=False)}
+            for k, g in t.groupby(["base_model", "twin", "norm", "implementation", "library_version"], sort=False)}
     results = []
     for r in check.itertuples(index=False):
-        base = dist[(r.model, r.norm, r.implementation, r.library_version)]
-        twin = dist[(r.model + SEED, r.norm, r.implementation, r.library_version)].reindex(base.index)
+        base = dist[(r.model, "", r.norm, r.implementation, r.library_version)]
+        twin = dist[(r.model, SEED, r.norm, r.implementation, r.library_version)].reindex(base.index)
         a, b = twin.to_numpy(float), base.to_numpy(float)
         results.append(compare(pair_values(a, b, live=~((a == 0) & (b == 0)))))
     p_diff = holm([res["p_different"] for res in results])
@@ -67,15 +67,16 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str
     # on both seeds), not a separation from itself: only the seed twin's extra flags count
     on_twin: dict[tuple, list[str]] = {}
     on_model: dict[tuple, set[str]] = {}
+    twins = twins_of(t)
     for f in flags.itertuples(index=False) if len(flags) else []:
-        model = str(f.model)
-        if model.endswith(SEED):
-            on_twin.setdefault((model[: -len(SEED)], f.norm, f.implementation, f.library_version), []).append(str(f.flag))
+        base, kind = twins.get(str(f.model), (str(f.model), ""))
+        if kind == SEED:
+            on_twin.setdefault((base, f.norm, f.implementation, f.library_version), []).append(str(f.flag))
         else:
-            on_model.setdefault((model, f.norm, f.implementation, f.library_version), set()).add(str(f.flag))
+            on_model.setdefault((str(f.model), f.norm, f.implementation, f.library_version), set()).add(str(f.flag))
     keys = [(r.model, r.norm, r.implementation, r.library_version) for r in check.itertuples(index=False)]
     rng = t.assign(rng_used=t["rng_used"].eq(True) if "rng_used" in t.columns else False)  # NaN: not recorded
-    moved = rng.assign(model=rng["model"].astype(str).str.removesuffix(SEED)) \
+    moved = rng.assign(model=rng["base_model"].where(rng["twin"] == SEED, rng["model"])) \
         .groupby(["model", "norm", "implementation", "library_version"])["rng_used"].any().to_dict()
     declared = declared or {}
     return check.assign(
@@ -92,7 +93,7 @@ def seed_twin_sentence(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "The run has seed twins, but no implementation ran on both a model and its seed twin."
     bad = frame[(frame["answer"] == "different") | frame["flags"].astype(bool)]
-    models = ", ".join(sorted(set(frame["model"] + SEED)))
+    models = ", ".join(sorted({Twin(m, SEED).name for m in frame["model"]}))
     random, same = frame[frame["n_differ"] > 0], frame[frame["n_differ"] == 0]
     head = f"{len(frame)} implementations ran again with another seed on {models}: "
     if len(random):

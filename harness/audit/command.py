@@ -25,6 +25,7 @@ from attackaudit.audit.bisect import bisect, bisect_lines, index_releases, measu
 from attackaudit.audit.env import (Env, installed_version, is_current_interpreter, prepare_env, resolution_phrase, run_under,
                         unmet_phrase)
 from attackaudit.run.grid_args import add_grid_arguments, grid_flags
+from attackaudit.errors import InputError
 
 if TYPE_CHECKING:  # annotations only: the runner loads when the audit runs
     from attackaudit.run.config import RunConfig
@@ -53,30 +54,30 @@ def parse_releases(releases: list[str]) -> tuple[str, str, list[Release]]:
     from attackaudit.adapters import BUILTIN_LIBRARIES
 
     if not 1 <= len(releases) <= 2:
-        raise ValueError(f"give one or two releases (LIB==V1 [LIB==V2]), got {len(releases)}")
+        raise InputError(f"give one or two releases (LIB==V1 [LIB==V2]), got {len(releases)}")
     by_name = {_normal(k): k for k in BUILTIN_LIBRARIES} | {_normal(v): k for k, v in BUILTIN_LIBRARIES.items()}
     libraries, versions = [], []
     for text in releases:
         m = _RELEASE.match(text) or _CANDIDATE.match(text)
         if not m:
-            raise ValueError(f"release {text!r} is not of the form LIB==VERSION (e.g. adv-lib==0.2.6) "
+            raise InputError(f"release {text!r} is not of the form LIB==VERSION (e.g. adv-lib==0.2.6) "
                              "or LIB@PATH (a wheel, an sdist or a source tree)")
         library = by_name.get(_normal(m.group(1)))
         if library is None:
-            raise ValueError(f"unknown library {m.group(1)!r} in {text!r}; audit knows "
+            raise InputError(f"unknown library {m.group(1)!r} in {text!r}; audit knows "
                              f"{', '.join(sorted(set(BUILTIN_LIBRARIES.values())))}")
         libraries.append(library)
         if m.re is _CANDIDATE:
             if not Path(m.group(2)).expanduser().exists():
-                raise ValueError(f"release candidate {m.group(2)!r} does not exist (LIB@PATH: a wheel, an sdist or "
+                raise InputError(f"release candidate {m.group(2)!r} does not exist (LIB@PATH: a wheel, an sdist or "
                                  "a source tree)")
             versions.append(Release(source=str(Path(m.group(2)).expanduser().resolve())))
         else:
             versions.append(Release(version=m.group(2)))
     if len(set(libraries)) > 1:
-        raise ValueError(f"the releases name two libraries ({' and '.join(libraries)}); audit compares one library")
+        raise InputError(f"the releases name two libraries ({' and '.join(libraries)}); audit compares one library")
     if len(versions) == 2 and versions[0] == versions[1]:
-        raise ValueError(f"both releases are {releases[0]}; give two different versions")
+        raise InputError(f"both releases are {releases[0]}; give two different versions")
     return libraries[0], BUILTIN_LIBRARIES[libraries[0]], versions
 
 
@@ -207,8 +208,8 @@ def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, ep
     """``fidelity.diff`` of two finished sides, their subset hash and result tables (the evidence)."""
     from attackaudit import fidelity
     from attackaudit.results.schema import ROW_COLUMNS
-    from attackaudit.results.store import dataset_images, read_manifest
-
+    from attackaudit.results.store import read_manifest
+    from attackaudit.sources.dataset_images import dataset_images
     table_a, table_b = _table(a, ROW_COLUMNS), _table(b, ROW_COLUMNS)
     hashes = {str(t["subset_hash"].iloc[0]) for t in (table_a, table_b) if len(t)}
     if len(hashes) > 1:
@@ -317,7 +318,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     for side in sides:
         plan.run(side)
     if all(s.empty for s in sides):
-        raise ValueError(f"no attack of {dist} {' or '.join(s.version for s in sides)} matches the filters "
+        raise InputError(f"no attack of {dist} {' or '.join(s.version for s in sides)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
     diff, subset_hash, tables = plan.compare(*sides)
     out.mkdir(parents=True, exist_ok=True)
@@ -341,14 +342,14 @@ def _ordered_releases(named: list[Release], installed: str, dist: str, bisect_ra
     """The two releases to compare, before then after (by version under ``bisect_range``); one named
     release is paired with the installed one. ValueError (one line) for nothing to compare."""
     if bisect_range and (len(named) != 2 or any(r.source for r in named)):
-        raise ValueError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
+        raise InputError(f"--bisect needs two releases, {dist}==V1 {dist}==V2, and searches the releases between them")
     if bisect_range:
         return [Release(v) for v in sorted((r.version for r in named), key=version_key)]
     if len(named) == 1:
         if named[0].version == installed:
-            raise ValueError(f"{dist}=={installed} is the installed release; name another one, or two releases")
+            raise InputError(f"{dist}=={installed} is the installed release; name another one, or two releases")
         if installed == "none":
-            raise ValueError(f"{dist} is not installed here: name two releases, {dist}==V1 {dist}==V2")
+            raise InputError(f"{dist} is not installed here: name two releases, {dist}==V1 {dist}==V2")
         # before = the older release; a candidate comes after the installed release it is compared with
         named = [Release(installed), named[0]] if named[0].source else \
             sorted([named[0], Release(installed)], key=lambda r: version_key(r.version))

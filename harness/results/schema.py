@@ -1,4 +1,73 @@
 """The per-sample result schema (docs/architecture.md "The result schema"), torch-free so fidelity can share it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the twin kinds (the ``twin`` column's values; "" for a model itself). The model twins change the
+#: network in a way a sound attack must not notice: ``SHIFT`` (logits minus their log-sum-exp),
+#: ``PERM`` (classes permuted). The run twins run the attack another way on the same network:
+#: ``SEED`` (another seed), ``SPLIT`` (one image per call), ``BATCH`` (another batch arrangement)
+SHIFT, PERM, SEED, SPLIT, BATCH = "shift", "perm", "seed", "split", "batch"
+#: added on every model by ``--metamorphic``
+MODEL_TWINS = (SHIFT, PERM)
+#: added on one model by ``--metamorphic``
+RUN_TWINS = (SEED, SPLIT, BATCH)
+#: every twin kind, in the order ``--metamorphic`` adds them (the ``twin`` column; "" for a model itself)
+TWIN_KINDS = MODEL_TWINS + RUN_TWINS
+#: what joins a base model and its twin kind in a model's name: ``digits-mlp~shift``
+TWIN_SEP = "~"
+
+
+@dataclass(frozen=True)
+class Twin:
+    """Which model a job runs on: its base model and the twin it is of it ("" for the model itself).
+    Rows carry both as the ``base_model`` and ``twin`` columns; ``name`` is the ``model`` column."""
+
+    base_model: str
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind and self.kind not in TWIN_KINDS:
+            raise ValueError(f"unknown twin {self.kind!r}; twins are {', '.join(TWIN_KINDS)}")
+
+    @property
+    def name(self) -> str:
+        """The model's name, as the command line gives it and rows show it."""
+        return f"{self.base_model}{TWIN_SEP}{self.kind}" if self.kind else self.base_model
+
+    @property
+    def is_twin(self) -> bool:
+        return bool(self.kind)
+
+    @property
+    def is_run_twin(self) -> bool:
+        return self.kind in RUN_TWINS
+
+    def of(self, kind: str) -> Twin:
+        """The ``kind`` twin of this model's base model."""
+        return Twin(self.base_model, kind)
+
+
+def parse_model_name(name: str) -> Twin:
+    """The one reader of a model name's twin suffix (``NAME~KIND``, KIND one of ``TWIN_KINDS``;
+    a "~" anywhere else, as in a path, is part of the name): where the command line, a config or
+    the API gives a model, and where rows written before the ``twin`` column are loaded."""
+    base, sep, kind = str(name).rpartition(TWIN_SEP)
+    return Twin(base, kind) if sep and base and kind in TWIN_KINDS else Twin(str(name))
+
+
+#: which model a row's job ran on (``Twin``): absent in runs written before them, derived on loading
+TWIN_COLUMNS = ["base_model", "twin"]
+
+
+def with_twin_columns(rows):
+    """``rows`` (a DataFrame with a ``model`` column) with ``base_model`` and ``twin`` derived from
+    its model names where they are missing (rows written before those columns existed)."""
+    if all(c in rows.columns for c in TWIN_COLUMNS):
+        return rows
+    twins = [parse_model_name(m) for m in rows["model"]]
+    return rows.assign(base_model=[t.base_model for t in twins], twin=[t.kind for t in twins])
+
 
 #: evidence for fallback outputs, batch composition and ε use (absent in older runs, where those
 #: rules do not apply): ``returned_fallback``, "" or what the attack returned instead of a search
@@ -21,7 +90,7 @@ DEFECT_COLUMNS = ["returned_class", "ball_calls", "ball_out", "ball_worst_ratio"
                   "eps_fail_max", "eps_fail_ratio", *FALLBACK_COLUMNS]
 
 ROW_COLUMNS = [
-    "run", "job_id", "model", "dataset", "subset_hash", "sample", "label", "clean_correct",
+    "run", "job_id", "model", *TWIN_COLUMNS, "dataset", "subset_hash", "sample", "label", "clean_correct",
     "library", "library_version", "attack", "implementation", "family", "norm", "kind",
     "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
     "best_dropped",  # stored bests the end-of-job re-check found not adversarial (absent in old runs)
@@ -40,6 +109,13 @@ ROW_COLUMNS = [
 STATUSES = ("ok", "crash", "timeout", "invalid", "unsupported", "harness_error")
 UNSUPPORTED = "unsupported"
 HARNESS_ERROR = "harness_error"
+
+def error_line(exc: BaseException) -> str:
+    """A row's ``error``: the first line of ``Type: message``, at most 500 characters (the
+    traceback goes to the job's log). Here, below the runner and the sources, because both write it."""
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
 
 #: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
 #: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it

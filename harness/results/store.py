@@ -14,8 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from attackaudit.results.schema import ROW_COLUMNS, Twin, with_twin_columns
+from attackaudit.errors import InputError
 
-class RunDirError(ValueError):
+
+class RunDirError(InputError):
     """The run directory cannot be used (not writable, or holds another config)."""
 
 
@@ -132,16 +135,17 @@ def load_run(run_dir: str | Path) -> pd.DataFrame:
     frames = []
     for path in sorted(jobs_dir(run_dir).glob("*.parquet")):
         try:
-            frames.append(pd.read_parquet(path))
+            frames.append(with_twin_columns(pd.read_parquet(path)))  # rows written before the twin columns
         except Exception:
             continue
     if not frames:
-        from attackaudit.results.schema import ROW_COLUMNS
         return pd.DataFrame(columns=ROW_COLUMNS)
     rows = pd.concat(frames, ignore_index=True)
     names = model_names(run_dir)
     if names:
-        rows["model"] = [model_label(m, names) for m in rows["model"]]
+        twins = [Twin(b, k) for b, k in zip(rows["base_model"], rows["twin"])]
+        rows["model"] = [model_label(t, names) for t in twins]
+        rows["base_model"] = [names.get(t.base_model, t.base_model) for t in twins]
     return rows
 
 
@@ -160,11 +164,10 @@ def model_names(run_dir: Path) -> dict[str, str]:
     return {}
 
 
-def model_label(model: str, names: dict[str, str]) -> str:
-    """``model`` as rows, bars and pages show it: its name in ``names`` (a twin keeps its suffix:
-    ``mynet~shift``), else the source itself."""
-    base, sep, twin = model.partition("~")
-    return names[base] + sep + twin if base in names else model
+def model_label(model: Twin, names: dict[str, str]) -> str:
+    """``model`` as rows, bars and pages show it: its base model's name in ``names`` (a twin keeps
+    its kind: ``mynet~shift``), else the source itself."""
+    return Twin(names.get(model.base_model, model.base_model), model.kind).name
 
 
 def ensure_writable(run_dir: Path) -> None:
@@ -178,18 +181,3 @@ def ensure_writable(run_dir: Path) -> None:
     except OSError as exc:
         raise RunDirError(f"--out {run_dir} is not writable ({exc.strerror or exc}); choose another directory") from None
 
-
-def dataset_images(manifests: list[dict]) -> int | None:
-    """The size of the dataset the runs of ``manifests`` drew from (``dataset_images``, which the
-    runner records; opened again for runs that predate it); None when they name none or several,
-    or it cannot be opened."""
-    recorded = {m.get("dataset_images") for m in manifests}
-    if len(recorded) == 1 and isinstance(next(iter(recorded)), int):
-        return next(iter(recorded))
-    names = {str(m.get("dataset") or (m.get("config") or {}).get("dataset") or "") for m in manifests}
-    names.discard("")
-    if len(names) != 1:
-        return None
-    from attackaudit.sources.data import dataset_size  # torch: only for runs that predate the record
-
-    return dataset_size(names.pop())

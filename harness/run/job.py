@@ -27,10 +27,12 @@ import attackaudit.sources.twins as twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
-from attackaudit.results.schema import OUT_OF_BOX_ERROR, ROW_COLUMNS, UNSUPPORTED
+from attackaudit.results.schema import (OUT_OF_BOX_ERROR, PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line,
+                                       parse_model_name)
 from attackaudit.measure.success import is_success
 from attackaudit.measure.tracker import BOX_TOLERANCE, QueryTracker
-from attackaudit.sources.zoo import PERM_SUFFIX, perm_twin_classes
+from attackaudit.sources.zoo import perm_twin_classes
+from attackaudit.errors import AttackauditError
 
 if TYPE_CHECKING:  # the subset's type only: the data module loads datasets, a worker imports it lazily
     from attackaudit.sources.data import Subset
@@ -45,7 +47,7 @@ class Job:
     """Everything a worker needs to run one job, picklable and hashable."""
 
     run: str
-    model: str
+    model: str  # the model's name: its source, and ``~KIND`` for a twin (``twin``)
     spec_key: str
     dataset: str = "digits"
     samples: int = 32
@@ -61,6 +63,12 @@ class Job:
     threat_model: str = ""  # RobustBench threat model for sources that name none ("" = Linf)
     allow_download: bool = False  # may the model source download weights
     trust_checkpoint: bool = False  # unpickle checkpoints in full
+    #: which twin of which base model ``model`` is; None: read from ``model`` (a Job made by hand)
+    twin: Twin = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.twin is None:
+            object.__setattr__(self, "twin", parse_model_name(self.model))
 
     @property
     def spec_source(self) -> SpecSource:
@@ -72,8 +80,9 @@ class Job:
     def job_id(self) -> str:
         fields = asdict(self) | {"run": ""}
         # loading permissions never change results; the RobustBench options only count when set,
-        # so the ids of zoo jobs stay what they were before these fields existed
-        for key in ("allow_download", "trust_checkpoint"):
+        # so the ids of zoo jobs stay what they were before these fields existed; the twin is
+        # the model's name read, already in the id
+        for key in ("allow_download", "trust_checkpoint", "twin"):
             fields.pop(key)
         for key in ("model_dir", "threat_model"):
             if not fields[key]:
@@ -81,11 +90,6 @@ class Job:
         blob = json.dumps(fields, sort_keys=True).encode()
         safe = "".join(c if c.isalnum() else "-" for c in f"{self.model}__{self.spec_key}")
         return f"{safe}__{hashlib.sha256(blob).hexdigest()[:10]}"
-
-
-def one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return text[0][:500] if text else type(exc).__name__
 
 
 def seed_everything(seed: int) -> None:
@@ -138,7 +142,7 @@ def attack_with_tracker(spec: AttackSpec, model: nn.Module, inputs: Tensor, labe
     except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
         return tracker, None, f"{UNSUPPORTED}: {exc}"
     except Exception as exc:
-        return tracker, None, one_line(exc)
+        return tracker, None, error_line(exc)
     return tracker, returned, ""
 
 
@@ -178,7 +182,7 @@ def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, label
                           record=record)
 
 
-class InvalidOutput(Exception):
+class InvalidOutput(AttackauditError):
     """An attack returned something that is not a valid adversarial batch."""
 
 
@@ -218,18 +222,18 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     own clean forward. A run twin (``attackaudit.sources.twins``) runs the attack with another seed
     (``M~seed``), one sample per call (``M~split``) or in another arrangement (``M~batch``: reversed,
     with ``companions`` in its batch, whose rows are dropped)."""
-    spec = twins.twin_spec(spec, job.model)
-    seed_everything(twins.attack_seed(job.model, job.seed))
+    spec = twins.twin_spec(spec, job.twin)
+    seed_everything(twins.attack_seed(job.twin, job.seed))
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
     inputs, labels = subset.inputs.to(device), subset.labels.to(device)
     criterion = as_criterion(criterion).to(device)
     model = model.to(device).eval()
-    if job.model.endswith(PERM_SUFFIX):  # the twin's classes are σ of the base model's
+    if job.twin.kind == PERM:  # the twin's classes are σ of the base model's
         labels, targets = perm_twin_classes(model, inputs, labels, criterion.targets, clean_logits)
         criterion = as_criterion(targets)
-    order = twins.arrangement(job.model, len(labels))  # the batch-composition twin's order
+    order = twins.arrangement(job.twin, len(labels))  # the batch-composition twin's order
     indices = subset.indices
     if order is not None:
         inputs, labels, criterion, indices = inputs[order], labels[order], criterion.take(order), indices[order.numpy()]
@@ -253,7 +257,8 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     if order is not None:  # back in the subset's order
         rows = rows.iloc[np.argsort(order.numpy(), kind="stable")].reset_index(drop=True)
     rows = rows.assign(
-        run=job.run, job_id=job.job_id, model=job.model, dataset=subset.dataset,
+        run=job.run, job_id=job.job_id, model=job.model, base_model=job.twin.base_model, twin=job.twin.kind,
+        dataset=subset.dataset,
         subset_hash=subset.hash, library=spec.library, library_version=library_version,
         attack=spec.name, implementation=spec.implementation, family=spec.family, norm=spec.norm,
         kind=spec.kind.value, params_hash=spec.params_hash,
@@ -279,7 +284,7 @@ def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor
     the last ``companions`` samples are the batch-composition twin's companions."""
     n = len(labels)
     outcomes = []
-    for sl in _batches(n, twins.batch_size(job.model, job.batch_size, n - companions, companions)):
+    for sl in _batches(n, twins.batch_size(job.twin, job.batch_size, n - companions, companions)):
         on_queries = None
         if progress is not None:
             def on_queries(used: int, done: int = sl.start) -> None:
@@ -393,7 +398,8 @@ def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: Attack
     implementation, _, norm = job.spec_key.rpartition("/")
     library, _, name = implementation.partition("/")
     return pd.DataFrame({
-        "run": job.run, "job_id": job.job_id, "model": job.model, "dataset": subset.dataset,
+        "run": job.run, "job_id": job.job_id, "model": job.model, "base_model": job.twin.base_model,
+        "twin": job.twin.kind, "dataset": subset.dataset,
         "subset_hash": subset.hash, "sample": subset.indices, "label": subset.labels.numpy(),
         "clean_correct": clean_correct if clean_correct is not None else False,
         "library": library, "library_version": library_version, "attack": name.split(":")[0],

@@ -21,8 +21,8 @@ import attackaudit.sources.twins as twins
 from attackaudit.adapters import AttackSpec, LibraryEntry, PluginError, SpecError, SpecSource
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.run.faults import fix_for
-from attackaudit.run.job import Companions, Job, JobProgress, clean_logits, failure_rows, job_rows, one_line
-from attackaudit.results.schema import HARNESS_ERROR
+from attackaudit.run.job import Companions, Job, JobProgress, clean_logits, failure_rows, job_rows
+from attackaudit.results.schema import HARNESS_ERROR, error_line
 from attackaudit.results.store import job_path, logs_dir, write_job
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ _CLEAN_ENTRIES = 16
 def _clean_logits(job: Job, model: torch.nn.Module, subset: Subset) -> Tensor:
     with torch.no_grad():  # a cheap fingerprint of the weights: a file changed between two runs
         weights = tuple(float(p.detach().flatten()[:64].double().sum()) for p in model.parameters())
-    batch_size = twins.batch_size(job.model, job.batch_size)  # the batches the job's attack gets
+    batch_size = twins.batch_size(job.twin, job.batch_size)  # the batches the job's attack gets
     key = (job.model, job.model_dir, job.threat_model, job.dataset, job.samples, job.seed, job.device,
            batch_size, weights)
     if key not in _CLEAN:
@@ -103,7 +103,7 @@ def job_companions(job: Job, num_classes: int, model: torch.nn.Module | None = N
     then stops at once."""
     from attackaudit.sources.data import dataset_size
 
-    extra = twins.companions(job.model, job.samples, dataset_size(job.dataset))
+    extra = twins.companions(job.twin, job.samples, dataset_size(job.dataset))
     if not extra:
         return None
     wide = job_subset(job.dataset, job.samples + extra, job.seed)
@@ -149,7 +149,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
                 trace = traceback.format_exc()
                 log.write(f"{HARNESS_ERROR}: before the attack started\n{trace}")
                 fix = fix_for(trace)
-                rows = failure_rows(job, subset, HARNESS_ERROR, one_line(exc) + (f"; {fix}" if fix else ""), spec,
+                rows = failure_rows(job, subset, HARNESS_ERROR, error_line(exc) + (f"; {fix}" if fix else ""), spec,
                                     version)
             else:
                 if progress is not None:
@@ -158,7 +158,7 @@ def execute_job(job: Job, run_dir: str | Path, progress: JobProgress | None = No
                     rows = job_rows(job, spec, version, model, subset, criterion, log, progress, clean, companions)
                 except Exception as exc:  # outside an attack call, yet during the job: rows, with the cause
                     log.write(traceback.format_exc())
-                    rows = failure_rows(job, subset, "crash", one_line(exc), spec, version)
+                    rows = failure_rows(job, subset, "crash", error_line(exc), spec, version)
     write_job(run_dir, job.job_id, rows)
     status = _job_status(rows)
     error = next((str(e) for e in rows.loc[rows["status"] == status, "error"] if e), "")
@@ -175,7 +175,7 @@ def execute_job_safely(job: Job, run_dir: str | Path, progress: JobProgress | No
         log_path = logs_dir(Path(run_dir)) / f"{job.job_id}.log"
         with open(log_path, "a") as log:
             log.write(f"{HARNESS_ERROR}: the job could not run\n{traceback.format_exc()}")
-        return {"job_id": job.job_id, "status": HARNESS_ERROR, "error": one_line(exc)}
+        return {"job_id": job.job_id, "status": HARNESS_ERROR, "error": error_line(exc)}
 
 
 def _job_status(rows: pd.DataFrame) -> str:

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from attackaudit.sources.data import subset_hash
-from attackaudit.run.job import one_line
 from attackaudit.results.store import atomic_write_bytes
+from attackaudit.results.schema import error_line
 
 #: models kept in this process for in-process runs, by fingerprint
 _IN_PROCESS: dict[str, nn.Module] = {}
@@ -130,7 +130,7 @@ def _pickled(model: nn.Module) -> tuple[bytes, str]:
     try:
         torch.save(model, buffer, pickle_module=cloudpickle)
     except Exception as exc:  # a lock, an open file, a C handle: not sendable to a worker
-        return b"", f"the model cannot be pickled ({one_line(exc)})"
+        return b"", f"the model cannot be pickled ({error_line(exc)})"
     return buffer.getvalue(), ""
 
 
