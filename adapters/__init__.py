@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from attackaudit.errors import AttackauditError, InputError
+
 from .spec import KINDS, NORMS, AttackFn, AttackKind, AttackSpec, FixedEpsAttack, MinimalAttack, spec_problem
 
 __all__ = ["AttackSpec", "AttackFn", "AttackKind", "MinimalAttack", "FixedEpsAttack", "NORMS", "KINDS",
@@ -47,13 +49,15 @@ ENTRY_POINT_GROUP = "attackaudit.adapters"
 _PIN = "#fingerprint="
 
 
-class PluginError(ValueError):
+class PluginError(InputError):
     """A plugin file or entry point could not be loaded (one line, naming the file)."""
 
 
-class SpecError(ValueError):
+class SpecError(AttackauditError, ValueError):
     """A built-in adapter declared a spec that cannot run as declared (one line, naming the spec):
     our bug, raised when the catalogue is built rather than listed as an unavailable library."""
+
+    ours = True
 
 
 @dataclass(frozen=True)

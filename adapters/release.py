@@ -21,9 +21,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor
+from attackaudit.errors import AttackauditError
 
 
-class Unsupported(Exception):
+class Unsupported(AttackauditError):
     """The adapter cannot call this release of the library the way the job needs (one line).
 
     Raised instead of calling the library; the harness turns it into ``status="unsupported"``."""

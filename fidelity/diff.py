@@ -45,6 +45,7 @@ from .flags import flags as compute_flags
 from .optimality import optimality
 from .stats import ALPHA, holm
 from .summary import REF_EPS
+from attackaudit.errors import InputError
 
 #: how much each flag weighs in a verdict when it appears (−) or disappears (+): results that
 #: are wrong or missing (3) outweigh a suspect objective or strength (2), which outweighs an
@@ -261,7 +262,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
     *different* only beyond it and *equivalent* only inside it.
     """
     if min_delta is not None and not (np.isfinite(min_delta) and min_delta > 0):
-        raise ValueError(f"min_delta must be a positive relative difference (e.g. 0.05), not {min_delta!r}")
+        raise InputError(f"min_delta must be a positive relative difference (e.g. 0.05), not {min_delta!r}")
     delta = DELTA if min_delta is None else float(np.log1p(min_delta))
     unsupported = {"a": _unsupported(table_a), "b": _unsupported(table_b)}
     sides = {"a": prepare(table_a), "b": prepare(table_b)}

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from ._table import without_twins
+from attackaudit.errors import InputError
 
 #: how the evidence of an ε-use change begins (what a reader of an audit's reason looks for)
 EVIDENCE_PREFIX = "ε use: returned rows"
@@ -156,13 +157,13 @@ def parse_eps(values: list[str] | None) -> dict[str, float]:
         norm, _, value = text.rpartition("=")
         norm = norm.strip().lower() or "*"
         if norm not in ("*", "l0", "l1", "l2", "linf"):
-            raise ValueError(f"--eps {text!r}: the norm must be l0, l1, l2 or linf (e.g. --eps linf=0.03)")
+            raise InputError(f"--eps {text!r}: the norm must be l0, l1, l2 or linf (e.g. --eps linf=0.03)")
         try:
             eps = float(value)
         except ValueError:
             eps = float("nan")
         if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"--eps {text!r}: ε must be a positive number (e.g. --eps linf=0.03)")
+            raise InputError(f"--eps {text!r}: ε must be a positive number (e.g. --eps linf=0.03)")
         out[norm] = eps
     return out
 

@@ -1,20 +1,26 @@
 """``attackaudit`` command line: attacks, models, run, report, compare, explain, audit, exact.
 
-Usage and input errors print one line on stderr and exit with code 2.
+Usage and input errors (``AttackauditError``) print one line on stderr and exit with code 2; any
+other exception is attackaudit's own bug: one line saying so and where its traceback was written,
+exit code 70.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
+import traceback
 from typing import Sequence
 
+from attackaudit.errors import AttackauditError
 from attackaudit.run.grid_args import GRID_SWITCHES, GRID_VALUES, add_grid_arguments, grid_flags
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # sysexits' EX_SOFTWARE: an internal software error
 
 
-class UsageError(Exception):
+class UsageError(AttackauditError):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
@@ -32,16 +38,13 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 # -- attacks -------------------------------------------------------------------------------
 def cmd_attacks(args: argparse.Namespace) -> int:
-    from attackaudit.adapters import PluginError, catalogue
+    from attackaudit.adapters import catalogue
 
     plugins = args.plugin or []
     if args.plugin_only and not plugins:
         raise UsageError("--plugin-only needs --plugin FILE")
-    try:
-        # --plugin-only: no built-in library is imported (seconds each), only the files are loaded
-        entries = catalogue([] if args.plugin_only else args.library, plugins=plugins)
-    except PluginError as exc:
-        raise UsageError(str(exc)) from None
+    # --plugin-only: no built-in library is imported (seconds each), only the files are loaded
+    entries = catalogue([] if args.plugin_only else args.library, plugins=plugins)
     if args.library and not entries:
         raise UsageError(f"unknown library {args.library[0]!r}; run `attackaudit attacks` for the list")
     # a plugin author's own specs first: the built-in catalogue would push them off the screen
@@ -127,20 +130,12 @@ def _run_flags(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from attackaudit.run.config import ConfigError, load_toml, resolve
-    from attackaudit.sources.datasets import DataSourceError
-    from attackaudit.sources.model_checks import ModelCheckError
-    from attackaudit.sources.models import ModelSourceError
-    from attackaudit.run.faults import HarnessFault
+    from attackaudit.run.config import load_toml, resolve
     from attackaudit.run.sequential import run_grid
-    from attackaudit.results.store import RunDirError
 
-    try:
-        toml = load_toml(args.config) if args.config else None
-        config = resolve(toml, _run_flags(args))
-        summary = run_grid(config)
-    except (ConfigError, RunDirError, DataSourceError, ModelSourceError, ModelCheckError, HarnessFault) as exc:
-        raise UsageError(str(exc)) from None
+    toml = load_toml(args.config) if args.config else None
+    config = resolve(toml, _run_flags(args))
+    summary = run_grid(config)
     print(summary.line(), file=sys.stderr if config.quiet else sys.stdout)
     print(f"results: {summary.run_dir} (attackaudit.load_run({str(summary.run_dir)!r}))")
     failed = summary.counts.get("crash", 0) + summary.counts.get("timeout", 0) + summary.counts.get("invalid", 0)
@@ -157,11 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin-only", dest="plugin_only", action="store_true",
                    help="list only the --plugin files' specs (no built-in library is imported)")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(func=cmd_attacks)
+    p.set_defaults(func=_guarded(cmd_attacks))
 
     p = sub.add_parser("models", help="the embedded model zoo, with clean accuracy")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.set_defaults(func=cmd_models)
+    p.set_defaults(func=_guarded(cmd_models))
 
     p = sub.add_parser("run", help="run the grid of models × attacks × norms")
     p.add_argument("config", nargs="?", help="a CONFIG.toml; flags override it")
@@ -200,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge at --samples, then run only the undecided family x norm rows again on doubling "
                         "nested subsets up to CAP images (or the dataset's size), the error rate spent across "
                         "the looks; the looks go to OUT/looks/ and OUT/manifest.json")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=_guarded(cmd_run))
 
     from attackaudit.reports import command as report_command
 
@@ -235,13 +230,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _guarded(fn):
-    """Turn a subcommand's ValueError/FileNotFoundError into a one-line usage error."""
+    """Turn a subcommand's ``AttackauditError`` (the user's input) into a one-line usage error;
+    anything else, and an error attackaudit raises on its own mistake (``ours``), goes on to
+    ``main`` as an internal error."""
     def call(args: argparse.Namespace) -> int:
         try:
             return fn(args)
-        except (ValueError, FileNotFoundError, KeyError) as exc:
+        except AttackauditError as exc:
+            if exc.ours or isinstance(exc, UsageError):
+                raise
             raise UsageError(str(exc).strip("'\"")) from None
     return call
+
+
+def internal_error_line(exc: BaseException) -> str:
+    """Write ``exc``'s traceback to a file and say, in one line, that the error is attackaudit's,
+    where the traceback is and how to report it."""
+    with tempfile.NamedTemporaryFile("w", prefix="attackaudit-internal-error-", suffix=".log",
+                                     delete=False) as log:
+        log.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"internal error, attackaudit's fault, not your input: {type(exc).__name__}: {first}; "
+            f"the traceback is in {log.name}: please report it to attackaudit's maintainers with that "
+            "file and the command you ran")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attackaudit: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - anything else is our bug, never the user's mistake
+        print(f"attackaudit: {internal_error_line(exc)}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

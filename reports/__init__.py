@@ -20,6 +20,7 @@ from typing import Iterable
 from attackaudit.fidelity.recommend import expectation_source
 from .run_files import dump_json, load_repeats, load_runs, records, write_tables
 from .tables import ReportData, build
+from attackaudit.errors import InputError
 
 FORMATS = ("md", "html", "json")
 
@@ -38,12 +39,12 @@ def write_report_data(data: ReportData, out: Path, formats: Iterable[str] = FORM
     formats = tuple(dict.fromkeys(formats))
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
-        raise ValueError(f"unknown report format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+        raise InputError(f"unknown report format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"cannot write the report into {out} ({exc.strerror or exc})") from None
+        raise InputError(f"cannot write the report into {out} ({exc.strerror or exc})") from None
     written = write_tables(data, out, json_too="json" in formats)
     if "json" in formats:
         written["report.json"] = dump_json({
@@ -71,13 +72,13 @@ def write_report(run_dirs: Iterable[Path | str] | Path | str, out: Path | str | 
     formats = tuple(formats)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
-        raise ValueError(f"unknown report format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+        raise InputError(f"unknown report format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     dirs = [Path(d) for d in run_dirs]
     if out is None:
         if len(dirs) != 1:
-            raise ValueError(f"{len(dirs)} run directories given: name the merged report's directory with --out DIR"
+            raise InputError(f"{len(dirs)} run directories given: name the merged report's directory with --out DIR"
                              if dirs else "no run directory given")
         out = dirs[0]
     table, manifests, exact = load_runs(dirs)

@@ -24,6 +24,7 @@ import pandas as pd
 from attackaudit.fidelity.flag_kinds import defects, severity, weaknesses
 from .answer import BOUNDARY_COLUMNS, boundary_text, verdict_word
 from .run_files import load_runs
+from attackaudit.errors import InputError
 
 #: images listed per model and norm under "furthest behind the envelope"
 WORST_IMAGES = 5
@@ -48,9 +49,9 @@ def resolve_implementation(names: list[str], wanted: str) -> str:
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise ValueError(f"implementation {wanted!r} is not in this run; it holds {len(set(names))}, e.g. "
+        raise InputError(f"implementation {wanted!r} is not in this run; it holds {len(set(names))}, e.g. "
                          f"{', '.join(sorted(set(names))[:5])}")
-    raise ValueError(f"implementation {wanted!r} is ambiguous: {', '.join(hits[:8])}"
+    raise InputError(f"implementation {wanted!r} is ambiguous: {', '.join(hits[:8])}"
                      + (f" and {len(hits) - 8} more" if len(hits) > 8 else ""))
 
 
@@ -141,7 +142,7 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
     norms = sorted(rows["norm"].astype(str).unique())
     if norm is not None:
         if norm not in norms:
-            raise ValueError(f"{impl} did not run under --norm {norm}; it ran under {', '.join(norms)}")
+            raise InputError(f"{impl} did not run under --norm {norm}; it ran under {', '.join(norms)}")
         norms = [norm]
     flags = fidelity.flags(table)
     board = fidelity.leaderboard(table)
@@ -188,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
     """Print the story of one implementation of a run."""
     images = int(getattr(args, "images", WORST_IMAGES))
     if images < 0:
-        raise ValueError(f"--images {images}: give 0 or more")
+        raise InputError(f"--images {images}: give 0 or more")
     for line in explain(Path(args.run), args.implementation, getattr(args, "norm", None), images):
         print(line)
     return 0

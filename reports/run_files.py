@@ -12,6 +12,7 @@ import pandas as pd
 
 from attackaudit.results.store import load_exact, load_run, read_manifest
 
+from attackaudit.errors import InputError
 if TYPE_CHECKING:
     from .tables import ReportData
 
@@ -39,7 +40,7 @@ def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
     for d, rows in zip(dirs, tables):
         split = rows["model"].astype(str).str.endswith(SPLIT_TWIN)
         if split.any() and not set(rows.loc[split, "sample"]) <= set(rows.loc[~split, "sample"]):
-            raise ValueError(f"run {d}: its batch-split twin attacked images outside the run's subset")
+            raise InputError(f"run {d}: its batch-split twin attacked images outside the run's subset")
         whole.append(rows[~split])
     for column, what in (("subset_hash", "subset"), ("budget", "query budget"), ("targeted", "attack mode")):
         seen: dict = {}
@@ -48,7 +49,7 @@ def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
                 seen.setdefault(value, d)
         if len(seen) > 1:
             (a, da), (b, db) = list(seen.items())[:2]
-            raise ValueError(f"runs {da} and {db} differ in {what} ({a} vs {b}); only runs on the same "
+            raise InputError(f"runs {da} and {db} differ in {what} ({a} vs {b}); only runs on the same "
                              "subset, budget and attack mode merge into one envelope")
 
 
@@ -61,14 +62,14 @@ def load_runs(run_dirs: Iterable[Path | str]) -> tuple[pd.DataFrame, list[dict],
     """
     dirs = [Path(d) for d in run_dirs]
     if not dirs:
-        raise ValueError("no run directory given")
+        raise InputError("no run directory given")
     tables, manifests, exacts = [], [], []
     for d in dirs:
         if not d.is_dir():
-            raise ValueError(f"run directory {d} does not exist")
+            raise InputError(f"run directory {d} does not exist")
         rows = load_run(d)
         if rows.empty:
-            raise ValueError(f"run directory {d} holds no results (no readable jobs/*.parquet); "
+            raise InputError(f"run directory {d} holds no results (no readable jobs/*.parquet); "
                              f"run `attackaudit run --out {d}` first")
         tables.append(rows)
         try:

@@ -22,6 +22,7 @@ from attackaudit.fidelity.yardstick_verdicts import annotate, manifest_settings,
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
 
+from attackaudit.errors import InputError
 #: statuses a job can end with that are not a clean finish
 FAILED_STATUSES = ("crash", "timeout", "invalid")
 
@@ -338,7 +339,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     manifests = manifests or []
     runs = [Path(r) for r in (runs or [])]
     if table.empty:
-        raise ValueError("the result table is empty: nothing to report")
+        raise InputError("the result table is empty: nothing to report")
     if "implementation" not in table.columns:
         table = table.assign(implementation=table["library"].astype(str) + "/" + table["attack"].astype(str))
     for col in ("implementation", "library_version", "library", "attack", "family", "model", "norm"):
@@ -352,7 +353,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
                      "ours, not the libraries'; logs/<job_id>.log says why). Run the same command again to run them.")
         table = table[~ours]
         if table.empty:
-            raise ValueError("no job of this run has a result: every one failed before its attack started "
+            raise InputError("no job of this run has a result: every one failed before its attack started "
                              "(harness_error; logs/<job_id>.log says why); run the same command again")
     if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
         notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")

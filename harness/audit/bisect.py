@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from attackaudit.audit.resolve import AuditEnvError
+from attackaudit.errors import InputError
 
 
 def version_key(version: str):
@@ -33,7 +34,7 @@ def index_versions(dist: str) -> list[str]:
     listed = next((ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")),
                   None)
     if listed is None:
-        raise ValueError(f"cannot list the releases of {dist} on the package index "
+        raise InputError(f"cannot list the releases of {dist} on the package index "
                          f"({(proc.stderr.strip().splitlines() or ['no output'])[-1]})")
     return sorted({v.strip() for v in listed.split(",") if v.strip()}, key=version_key)
 
@@ -48,7 +49,7 @@ def index_releases(dist: str, first: str, last: str) -> list[str]:
     found = index_versions(dist)
     for end in (first, last):
         if end not in found:
-            raise ValueError(f"{dist}=={end} is not on the package index for this Python; "
+            raise InputError(f"{dist}=={end} is not on the package index for this Python; "
                              f"`pip index versions {dist}` lists what is")
     lo, hi = version_key(first), version_key(last)
     return [v for v in found if lo <= version_key(v) <= hi and (v in (first, last) or not is_prerelease(v))]

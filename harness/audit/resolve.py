@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from attackaudit.errors import InputError
 
 try:
     from packaging.requirements import Requirement
@@ -36,7 +37,7 @@ except ImportError:  # pragma: no cover - pip always vendors packaging
     from pip._vendor.packaging.specifiers import SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name
 
-class AuditEnvError(ValueError):
+class AuditEnvError(InputError):
     """A release's environment could not be prepared: one line naming the release and why."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from attackaudit.exact.cache import EXACT_COLUMNS, write_atomic  # noqa: F401  (EXACT_COLUMNS: the table's columns)
+from attackaudit.errors import AttackauditError, InputError
 
 
 def exact_path(out: Path, model: str, norm: str) -> Path:
@@ -42,11 +43,11 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     from attackaudit.exact.solver import NORMS
 
     if norm not in NORMS:
-        raise ValueError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only")
+        raise InputError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only")
     if not margin >= 0:
-        raise ValueError(f"--margin must be ≥ 0, got {margin}")
+        raise InputError(f"--margin must be ≥ 0, got {margin}")
     if time_limit <= 0:
-        raise ValueError(f"--time-limit must be positive, got {time_limit}")
+        raise InputError(f"--time-limit must be positive, got {time_limit}")
     subset = load_subset(dataset, samples, seed)
     table, _ = solve_subset(model, norm, subset, time_limit, margin=margin, use_cache=use_cache, progress=progress)
     write_atomic(table, exact_path(out, model, norm))
@@ -62,21 +63,21 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
     manifest = read_manifest(Path(out)) if Path(out).is_dir() else None
     if manifest is None:
         if samples is None:
-            raise ValueError(f"--samples is required: {out} holds no run (no manifest.json) to take the subset from")
+            raise InputError(f"--samples is required: {out} holds no run (no manifest.json) to take the subset from")
         return samples, 0 if seed is None else seed, dataset or "digits"
     config = manifest.get("config", {})
     run = (config.get("samples"), manifest.get("seed", config.get("seed")), manifest.get("dataset", config.get("dataset")))
     for flag, given, theirs in zip(("--samples", "--seed", "--dataset"), (samples, seed, dataset), run):
         if given is not None and given != theirs:
-            raise ValueError(f"{flag} {given} differs from the run in {out} ({run[0]} samples, seed {run[1]}, "
+            raise InputError(f"{flag} {given} differs from the run in {out} ({run[0]} samples, seed {run[1]}, "
                              f"dataset {run[2]}); omit {flag} to solve the run's own subset, or use another --out")
     if None in run:
-        raise ValueError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
+        raise InputError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
     from attackaudit.sources.data import load_subset
 
     drawn = load_subset(run[2], int(run[0]), int(run[1])).hash
     if manifest.get("subset_hash") and drawn != manifest["subset_hash"]:
-        raise ValueError(f"the run in {out} attacked subset {manifest['subset_hash'][:12]}, but {run[0]} samples "
+        raise InputError(f"the run in {out} attacked subset {manifest['subset_hash'][:12]}, but {run[0]} samples "
                          f"with seed {run[1]} now draw {drawn[:12]} (made by an older version?): rerun it first")
     return int(run[0]), int(run[1]), str(run[2])
 
@@ -100,8 +101,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Exit 0 when done (time-limited samples are results, not failures), 2 on bad input."""
-    from attackaudit.exact.encoding import UnsupportedLayer
-
     def report(row: dict) -> None:
         if not getattr(args, "quiet", False):
             print(f"sample {row['sample']}: {row['status']} distance {row['exact_distance']:.6g} "
@@ -114,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         table = run_exact(args.model, args.norm, samples, seed, args.out, args.time_limit,
                           dataset=dataset, margin=args.margin, progress=report,
                           use_cache=not getattr(args, "no_cache", False))
-    except (KeyError, ValueError, UnsupportedLayer, FileNotFoundError) as exc:
+    except (AttackauditError, KeyError, FileNotFoundError) as exc:  # the input's (KeyError: a model not in the zoo)
         print(f"attackaudit exact: {exc}".splitlines()[0], file=sys.stderr)
         return 2
     counts = table["status"].value_counts().to_dict()

@@ -17,13 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from attackaudit.sources.zoo import LogitShift
+from attackaudit.errors import InputError
 
 Layer = tuple[np.ndarray, np.ndarray]  # (W: out×in, b: out), float64
 #: largest explicit conv matrix (entries) we build: 8×8 digits CNN layers are ≤ 0.6 M
 MAX_CONV_ENTRIES = 50_000_000
 
 
-class UnsupportedLayer(ValueError):
+class UnsupportedLayer(InputError):
     """The model holds a layer the MILP encoding cannot represent exactly."""
 
 

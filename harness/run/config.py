@@ -7,6 +7,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from attackaudit.errors import InputError
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
@@ -35,7 +36,7 @@ NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force"
                      "model_names"}  # how a model is shown, not what runs: renaming one resumes its run
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config value is wrong; the message is one line naming the culprit and the fix."""
 
 

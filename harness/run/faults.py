@@ -11,6 +11,7 @@ when every job of a call failed so, since then nothing ran at all and a report w
 from __future__ import annotations
 
 import re
+from attackaudit.errors import AttackauditError
 
 #: (pattern in the traceback, the fix), the first that matches wins
 FIXES: tuple[tuple[str, str], ...] = (
@@ -28,7 +29,7 @@ FIXES: tuple[tuple[str, str], ...] = (
 )
 
 
-class HarnessFault(RuntimeError):
+class HarnessFault(AttackauditError, RuntimeError):
     """Every job of a call failed before its attack started, the same way; the message is one line
     (the cause, the fix, where the traceback is)."""
 

@@ -17,9 +17,10 @@ from typing import Mapping
 
 import torch
 from torch import Tensor, nn
+from attackaudit.errors import InputError
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(InputError):
     """A model source is malformed or cannot be loaded; the message is one line."""
 
 

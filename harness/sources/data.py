@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from attackaudit.sources.datasets import digits, open_source  # digits re-exported: callers load it from here
+from attackaudit.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def subset_indices(n: int, size: int, seed: int) -> np.ndarray:
     """``size`` of ``n`` sample indices chosen by ``seed``: the first ``size`` of one seeded
     permutation of 0…n−1, in that order, so that smaller subsets are prefixes of larger ones."""
     if size <= 0:
-        raise ValueError(f"--samples must be positive, got {size}")
+        raise InputError(f"--samples must be positive, got {size}")
     size = min(size, n)
     return np.random.default_rng(seed).permutation(n)[:size]
 

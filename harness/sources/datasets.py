@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
+from attackaudit.errors import InputError
 
 #: the source kinds, as documented above
 KINDS = ("digits", "cifar10", "cifar100", "imagenet", "tensors")
@@ -44,7 +45,7 @@ INPUT_KEYS = ("x", "inputs", "images", "data", "x_test")
 LABEL_KEYS = ("y", "labels", "targets", "y_test")
 
 
-class DataSourceError(ValueError):
+class DataSourceError(InputError):
     """A dataset source is malformed or its files are missing; the message is one line."""
 
 

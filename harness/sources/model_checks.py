@@ -18,6 +18,7 @@ import warnings
 
 import torch
 from torch import Tensor, nn
+from attackaudit.errors import InputError
 
 #: two passes may differ by this much (relative to the logits' scale) and still count as equal
 DETERMINISM_RTOL = 1e-4
@@ -25,7 +26,7 @@ DETERMINISM_RTOL = 1e-4
 PROBABILITY_ATOL = 1e-3
 
 
-class ModelCheckError(ValueError):
+class ModelCheckError(InputError):
     """The model cannot be evaluated on this data; the message is one line."""
 
 
