@@ -93,7 +93,7 @@ import pandas as pd
 from attackaudit.fidelity import diff
 from attackaudit.fidelity.class_failure import judge_table as judge_classes
 from attackaudit.fidelity.defects import batch_dependence, eps_unused, out_of_ball, targets_ignored
-from attackaudit.fidelity.equivalence import ImageBlocks, answer, compare, pair_values
+from attackaudit.fidelity.equivalence import ImageBlocks, answer, pair_test, pair_values
 from attackaudit.fidelity.recommend import trust_tests
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.fidelity.synthetic import (SEED_NOISE, attack_distances, table_from_arrays,
@@ -133,7 +133,7 @@ def _excluded(dist: list[np.ndarray]) -> np.ndarray:
 def _pair_answer(a: np.ndarray, b: np.ndarray) -> str:
     """The answer for two implementations (k = 2: no multiplicity), per image over models."""
     live = (a > 0) | (b > 0)  # an image misclassified clean needed no attack
-    res = compare(pair_values(a, b, live=live))
+    res = pair_test(pair_values(a, b, live=live))
     return answer(res["p_different"], res["p_equivalent"], ALPHA)
 
 

@@ -5,7 +5,7 @@ Per scenario (a true per-image distance effect θ and a true failure-rate differ
 repetition: draw ``--first`` images (default 32) of a pair whose per-image log ratios are θ plus
 **real seed noise** (the log ratios between two seeds of the randomised built-ins on the images
 both seeds broke, pooled from ``benchmarks/noise/corpus.parquet`` and centred per attack: heavy
-tailed, foolbox PGD's included) and whose failures differ by Δ; when ``equivalence.compare`` is
+tailed, foolbox PGD's included) and whose failures differ by Δ; when ``equivalence.pair_test`` is
 inconclusive, ask ``sample_size.images_to_decide`` for N and draw N fresh images from the same
 truth. The right answer is "different" when θ or Δ lies beyond its margin (5% / 5 points),
 "equivalent" when both lie inside. Printed per scenario: the share inconclusive at the first
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attackaudit.fidelity.equivalence import DELTA, answer, compare  # noqa: E402
+from attackaudit.fidelity.equivalence import DELTA, answer, pair_test  # noqa: E402
 from attackaudit.fidelity.paired_binary import FAILURE_MARGIN  # noqa: E402
 from attackaudit.fidelity.sample_size import images_to_decide  # noqa: E402
 from attackaudit.fidelity.stats import ALPHA  # noqa: E402
@@ -75,7 +75,7 @@ def scenario(rng: np.random.Generator, noise: np.ndarray, theta: float, delta_fa
     sizes, outcomes, undecided, beyond = [], [], 0, 0
     for _ in range(reps):
         x = draw(rng, noise, first, theta, delta_fail, base_fail)
-        c = compare(x)
+        c = pair_test(x)
         if answer(c["p_different"], c["p_equivalent"], ALPHA) != "inconclusive":
             continue
         undecided += 1
@@ -83,7 +83,7 @@ def scenario(rng: np.random.Generator, noise: np.ndarray, theta: float, delta_fa
         if not np.isfinite(need) or need > cap:
             beyond += 1
             continue
-        c = compare(draw(rng, noise, int(need), theta, delta_fail, base_fail))
+        c = pair_test(draw(rng, noise, int(need), theta, delta_fail, base_fail))
         sizes.append(need)
         outcomes.append(answer(c["p_different"], c["p_equivalent"], ALPHA))
     sizes_a, out = np.asarray(sizes), np.asarray(outcomes)
@@ -127,13 +127,13 @@ def minority(reps: int, n: int, seed: int) -> dict[str, float]:
         _, _, da, db = pairs[rng.integers(len(pairs))]
         idx = rng.integers(0, len(da), n)
         x, y = da[idx], db[idx]
-        hits["A/A different"] += compare(pair_values(x[None], y[None]))["headline"] in ("better", "worse", "mixed")
-        hits["identical copies: equivalent"] += compare(pair_values(x[None], x[None]))["headline"] == "equivalent"
+        hits["A/A different"] += pair_test(pair_values(x[None], y[None]))["headline"] in ("better", "worse", "mixed")
+        hits["identical copies: equivalent"] += pair_test(pair_values(x[None], x[None]))["headline"] == "equivalent"
         for key, factor, share in (("20% of images 2x farther: worse", 2.0, 0.2), ("20% 1.5x farther: worse", 1.5, 0.2),
                                    ("25% fail, rest equal: worse", np.inf, 0.25)):
             z = y.copy()
             z[rng.random(n) < share] *= factor
-            hits[key] += compare(pair_values(z[None], x[None]))["headline"] == "worse"
+            hits[key] += pair_test(pair_values(z[None], x[None]))["headline"] == "worse"
     return {k: v / reps for k, v in hits.items()}
 
 
@@ -157,7 +157,7 @@ def _draw_pair(rng: np.random.Generator, pairs: list, n: int, share: float, fact
 def _power(rng, pairs, n: int, share: float, factor: float, truth: str, reps: int) -> float:
     hits = 0
     for _ in range(reps):
-        c = compare(_draw_pair(rng, pairs, n, share, factor))
+        c = pair_test(_draw_pair(rng, pairs, n, share, factor))
         hits += answer(c["p_different"], c["p_equivalent"], ALPHA) == truth
     return hits / reps
 
@@ -180,7 +180,7 @@ def sizes(reps: int, first: int, seed: int, cap: int) -> list[dict]:
         asked = []
         for _ in range(reps):
             x = _draw_pair(rng, pairs, first, share, factor)
-            c = compare(x)
+            c = pair_test(x)
             if answer(c["p_different"], c["p_equivalent"], ALPHA) == "inconclusive":
                 asked.append(images_to_decide(x, ALPHA))
         a = np.asarray(asked, dtype=float)

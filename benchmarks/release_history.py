@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attackaudit.audit.command import Release, compare_sides, prepare_side, run_side
+from attackaudit.audit.command import Release, diff_sides, prepare_side, run_side
 from attackaudit.audit.bisect import index_versions, is_prerelease
 from attackaudit.audit.env import AuditEnvError, installed_version
 from attackaudit.run.config import resolve
@@ -60,7 +60,7 @@ def step_table(sides: list, alpha: float, min_delta: float) -> pd.DataFrame:
     """``fidelity.diff`` of each consecutive pair of prepared releases."""
     steps = []
     for a, b in zip(sides, sides[1:]):
-        diff, _, _ = compare_sides(a, b, alpha=alpha, min_delta=min_delta)
+        diff, _, _ = diff_sides(a, b, alpha=alpha, min_delta=min_delta)
         steps.append(diff.assign(step=f"{a.version} -> {b.version}"))
     cols = ["step", "implementation", "norm", "verdict", "reason", "optimality_a", "optimality_b", "asr_a", "asr_b",
             "n_better", "n_worse", "p_value"]

@@ -1,5 +1,5 @@
 """Cross-library alignment: per family and norm, every implementation side by side, and an
-image-by-image comparison of every two of them (``equivalence.compare``: different, equivalent or
+image-by-image comparison of every two of them (``equivalence.pair_test``: different, equivalent or
 inconclusive) so a reader knows whether a gap is real."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from ._table import IMPL_KEY, impl_meta, long_distances, prepare, without_twins
 from .sample_size import images_to_decide
-from .equivalence import ImageBlocks, answer, compare
+from .equivalence import ImageBlocks, answer, pair_test
 from .optimality import optimality
 from .stats import ALPHA, holm
 from .summary import across_models, model_stats
@@ -35,12 +35,12 @@ PAIR_COLUMNS = ["family", "norm", "model", "implementation_a", "library_version_
 
 
 def _pair_row(blocks: ImageBlocks, i: int, j: int, models: list[int], eps_max: float | None) -> dict:
-    """One pair on the given model indices: ``compare`` fields, mean local ξ, median a − b."""
+    """One pair on the given model indices: ``pair_test`` fields, mean local ξ, median a − b."""
     if len(models) == 1:
         x = blocks.image_values(i, j, model=models[0])
     else:
         x = blocks.image_values(i, j)
-    res = compare(x)
+    res = pair_test(x)
     xi = [[optimality(blocks.dist[m, k], blocks.d_star[m], eps_max) for m in models] for k in (i, j)]
     # against the family's own envelope: what no implementation of another family can move
     own = np.where(blocks.d_star[models] > 0, np.nanmin(blocks.dist[models], axis=1), 0.0)
@@ -60,9 +60,9 @@ def pairwise(t: pd.DataFrame, alpha: float = ALPHA, pooled: bool = True, long: p
     ``long_distances``, when already computed). ``p_adjusted`` (difference) and
     ``p_equivalent_adjusted`` are Holm's over the pairs of one family, norm and model (or pooled
     row); ``answer`` follows from them (``equivalence.answer``); ``better`` is the closer
-    implementation when the answer is "different" (``compare``'s ``direction``: the headline's on
+    implementation when the answer is "different" (``pair_test``'s ``direction``: the headline's on
     the robustness curve; none for a ``mixed`` pair); ``images_to_decide`` when inconclusive.
-    ``headline`` (with ``worse_a``/``worse_b``, the share endpoint, and ``crossing``) is ``compare``'s
+    ``headline`` (with ``worse_a``/``worse_b``, the share endpoint, and ``crossing``) is ``pair_test``'s
     at the unadjusted 5% level; ``answer`` is the adjusted one."""
     long = long_distances(t) if long is None else long
     if long.empty:
@@ -111,7 +111,7 @@ def align(table: pd.DataFrame, ref_eps: Mapping[str, float] | None = None, *,
 
     Second frame, one row per pair of implementations of a family and norm and per model they
     share (plus ``model == "*"``, pooled over the shared models, when ``pooled``):
-    ``PAIR_COLUMNS``: the fields of ``equivalence.compare`` on the images not broken at ε = 0
+    ``PAIR_COLUMNS``: the fields of ``equivalence.pair_test`` on the images not broken at ε = 0
     (``wins_a``: images where ``a`` found the smaller perturbation; pooled rows average each
     image's log ratios over the models), ``p_adjusted`` (Holm over the pairs of the family, norm
     and model), ``answer`` and ``better`` (see ``pairwise``).

@@ -11,7 +11,7 @@ only, so that it never depends on its siblings or on how many the audit holds:
   every shared model, and the same ``OWN_RESULT_COLUMNS`` and twin rows that its own-result flags
   read) are ``unchanged``, whatever happened around them;
 - **performance**: per image (its rows on every shared model one block, ``equivalence``), the log
-  two endpoints of ``equivalence.compare`` (failure rate, and the log ratio new/old on the images
+  two endpoints of ``equivalence.pair_test`` (failure rate, and the log ratio new/old on the images
   both runs broke), on the images that ran (status ``ok``) in both runs; "different" beyond either
   margin, adjusted only over the implementation's own tests (its models with ``by_model``),
   counts ``PERFORMANCE_WEIGHT`` (``LARGE_WEIGHT`` when ξ on those images, measured against the
@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.results.schema import DEFECT_COLUMNS
-from ._table import UNSUPPORTED, base_of, is_twin, long_distances, prepare, without_twins
+from ._table import UNSUPPORTED, is_twin, long_distances, prepare, without_twins
 from .sample_size import images_to_decide
-from .equivalence import DELTA, answer, compare, log_ratios, pair_values
+from .equivalence import DELTA, answer, pair_test, log_ratios, pair_values
 from .headline import SHARE_DELTA
 from .evidence_text import shown_text
 from .sample_size import decision_text
@@ -174,9 +174,9 @@ def _same_results(rows_a: pd.DataFrame, rows_b: pd.DataFrame, models: list[str])
     """Whether one implementation's ``prepare``d rows (twins included) in two runs agree, on
     ``models`` and on their twins present in both runs, in best distance, status and
     ``OWN_RESULT_COLUMNS`` (numbers within ``IDENTICAL_RTOL``)."""
-    a, b = (t[t["model"].map(base_of).isin(models)] for t in (rows_a, rows_b))
-    twins = set(a["model"][a["model"].map(is_twin)]) & set(b["model"][b["model"].map(is_twin)])
-    a, b = (t[~t["model"].map(is_twin) | t["model"].isin(twins)] for t in (a, b))
+    a, b = (t[t["base_model"].isin(models)] for t in (rows_a, rows_b))
+    twins = set(a["model"][is_twin(a)]) & set(b["model"][is_twin(b)])
+    a, b = (t[~is_twin(t) | t["model"].isin(twins)] for t in (a, b))
     cols = [c for c in ["best_distance", "status", *OWN_RESULT_COLUMNS] if c in a.columns and c in b.columns]
     j = a[["model", "sample", *cols]].merge(b[["model", "sample", *cols]], on=["model", "sample"], suffixes=("_a", "_b"))
     if not len(j) == len(a) == len(b):
@@ -198,7 +198,7 @@ def _same_results(rows_a: pd.DataFrame, rows_b: pd.DataFrame, models: list[str])
 def weigh(res: dict, word: str, p_adj: float, own_xi: tuple[float, float], appeared: set[str], gone: set[str],
           n_ran: int, n_rows: int, decision: str, delta: float = DELTA) -> tuple[str, str, int]:
     """(verdict, reason, score) of one implementation whose rows changed: ``VERDICT_RULE``.
-    ``res``: ``equivalence.compare`` of the per-image values new against old (``a`` is the new
+    ``res``: ``equivalence.pair_test`` of the per-image values new against old (``a`` is the new
     run); ``word``: its answer at the level adjusted over the implementation's own tests;
     ``decision``: what would decide an inconclusive change."""
     # an image only the new run broke is better, one only the old run broke worse
@@ -298,7 +298,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                             share_delta=max(SHARE_DELTA, delta))
             own["identical"] = own["identical"] and _same_results(
                 with_twins["a"][(norm, impl)], with_twins["b"][(norm, impl)], shared)
-        res = compare(own["x"], delta)
+        res = pair_test(own["x"], delta)
         verdict = "" if len(present) == 2 else ("new" if present == ["b"] else "removed")
         reason = "" if verdict == "" else f"only in run {present[0]}"
         for s, other in (("a", "b"), ("b", "a")):

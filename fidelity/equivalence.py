@@ -10,7 +10,7 @@ image neither implementation broke carries no evidence on either endpoint and is
 Per image the values are averaged over the models both implementations ran on: one image on
 several models is one block, so adding a copy of every model changes nothing.
 
-``compare`` of the per-image values gives **one headline** on the robustness curve
+``pair_test`` of the per-image values gives **one headline** on the robustness curve
 (``headline.py``: the share of images each implementation is worse on beyond δ, failures
 included; better / worse / equivalent / mixed / inconclusive) and, beneath it, the two endpoints
 that explain it:
@@ -264,7 +264,7 @@ def reachable_endpoints(fail_a: np.ndarray, fail_b: np.ndarray, n_both: int, mar
     return paired_binary.min_beyond_p(fail_a, fail_b, margin) < alpha, min_dist < alpha
 
 
-def compare(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN,
+def pair_test(values: np.ndarray, delta: float = DELTA, margin: float = FAILURE_MARGIN,
             share_margin: float = headline.SHARE_MARGIN, alpha: float = ALPHA) -> dict[str, float]:
     """The comparison of two implementations from per-image pair values (``pair_values``; columns
     without a comparison are ignored): ``COMPARE_FIELDS``.
@@ -333,11 +333,11 @@ def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
     return adjust_sorted(p_values, step)
 
 
-def distances_compare(a: np.ndarray, b: np.ndarray, delta: float = DELTA) -> dict[str, float]:
-    """``compare`` of two (n,) distance arrays on one model (images in the same order; an image
+def distance_pair_test(a: np.ndarray, b: np.ndarray, delta: float = DELTA) -> dict[str, float]:
+    """``pair_test`` of two (n,) distance arrays on one model (images in the same order; an image
     at distance 0 for both, misclassified clean, needed no attack and is left out)."""
     a, b = as_distances(a), as_distances(b)
-    return compare(pair_values(a, b, live=~((a == 0) & (b == 0))), delta)
+    return pair_test(pair_values(a, b, live=~((a == 0) & (b == 0))), delta)
 
 
 class ImageBlocks:

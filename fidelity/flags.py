@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ._table import (IMPL_KEY, JOB_KEY, base_of, impl_meta, is_twin, prepare,
-                     sample_list, twin_kind, with_envelope, without_twins)
-from attackaudit.results.schema import OUT_OF_BOX_ERROR
+from attackaudit.results.schema import SEED
+
+from ._table import IMPL_KEY, JOB_KEY, impl_meta, prepare, sample_list, twins_of, with_envelope, without_twins
+from attackaudit.results.schema import OUT_OF_BOX, with_invalid_reason
 from .alignment import pairwise
 from .class_failure import class_findings
 from .defects import defect_findings
@@ -110,7 +111,7 @@ def _status_flags(g: pd.DataFrame) -> list[tuple[str, str]]:
         if len(bad):
             out.append((status, f"{len(bad)} of {n} samples {what}: {_causes(bad['error'])}; {_kept(bad)}"))
     invalid = g[g["status"] == "invalid"]
-    box = invalid["error"].str.contains(OUT_OF_BOX_ERROR, regex=False)
+    box = invalid["invalid_reason"] == OUT_OF_BOX
     for flag, part in (("out_of_box", invalid[box]), ("invalid", invalid[~box])):
         if len(part):
             out.append((flag, f"{len(part)} of {n} samples returned an invalid batch: {_causes(part['error'])}"))
@@ -166,7 +167,7 @@ def _effort(g: pd.DataFrame, anywhere: dict) -> list[tuple[str, str]]:
     if not ok.any():
         return []
     invalid = g["status"] == "invalid"
-    if invalid.any() and g.loc[invalid, "error"].astype(str).str.contains(OUT_OF_BOX_ERROR, regex=False).any():
+    if invalid.any() and (g.loc[invalid, "invalid_reason"] == OUT_OF_BOX).any():
         return []
     live, d_star = g["live"].to_numpy()[ok], g["d_star_family"].to_numpy(float)[ok]
     best = g["best_distance"].to_numpy()[ok]
@@ -202,7 +203,7 @@ def _anywhere(rows: pd.DataFrame) -> dict:
         target = g["live"].to_numpy(bool) & np.isfinite(g["d_star_family"].to_numpy(float))
         hit = target & np.isfinite(g["best_distance"].to_numpy(float))
         out[key] = (set(g["sample"].to_numpy()[target]), set(g["sample"].to_numpy()[hit]),
-                    g["model"].map(base_of).nunique())
+                    g["base_model"].nunique())
     return out
 
 
@@ -265,7 +266,7 @@ def _nondeterminism(t: pd.DataFrame, other: pd.DataFrame) -> list[dict]:
 def _optimality_gap(t: pd.DataFrame) -> list[dict]:
     """``t``: a prepared table without twins. Per model, family and norm, every implementation
     against every sibling (no best is picked first): its p-value on that model is the smallest
-    difference-test p (``equivalence.compare``: either endpoint beyond its margin, image by image)
+    difference-test p (``equivalence.pair_test``: either endpoint beyond its margin, image by image)
     against a sibling shown better (not a ``mixed`` pair), times the number of siblings
     (Bonferroni); 1 without one. The multiplicity family is the implementation's own models,
     declared before the data are seen: Benjamini–Hochberg over them, and a model with q < ``ALPHA``
@@ -321,17 +322,25 @@ def optimality_gap(table: pd.DataFrame) -> list[dict]:
     return _optimality_gap(without_twins(prepare(table)))
 
 
-def _drop_twin_repeats(found: pd.DataFrame) -> pd.DataFrame:
+def _drop_twin_repeats(found: pd.DataFrame, twins: dict[str, tuple[str, str]]) -> pd.DataFrame:
     """A twin is the same network: a finding on ``M~shift`` that ``M`` has too is a repeat.
 
     The seed twin ``M~seed`` is moreover the same model *and* the same images, attacked with another
     seed: it is the noise floor, never a model under judgement. A finding of its own (e.g.
     ``last_not_best`` on 3 of 16 images where ``M`` had 2, under the 3-image minimum) is evidence
     about the attack on ``M``, so it is reported on ``M``, its evidence saying it came from the seed
-    twin, and a seed twin is never flagged itself."""
+    twin, and a seed twin is never flagged itself. ``twins``: {model: (base model, twin kind)}
+    (``_table.twins_of``); a model absent from it (``"*"``) is no twin."""
     if found.empty:
         return found
-    seed = found["model"].map(lambda m: twin_kind(m) == "seed").to_numpy(bool)
+
+    def base_of(model: str) -> str:
+        return twins.get(model, (model, ""))[0]
+
+    def is_twin(model: str) -> bool:
+        return twins.get(model, (model, ""))[1] != ""
+
+    seed = found["model"].map(lambda m: twins.get(m, (m, ""))[1] == SEED).to_numpy(bool)
     if seed.any():  # the model's own findings first, so that one the model has too is the one kept
         from_seed = found[seed].assign(
             evidence=[f"on its seed twin {m} (the same model and images, another seed): {e}"
@@ -363,7 +372,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     twin's name, and the twin checks name the base model. Findings about an implementation over all models (class-conditional ``label_bug``,
     ``below_expected_strength``) have ``model == "*"``.
     """
-    t = prepare(table)
+    t = prepare(with_invalid_reason(table))  # rows of runs written before the column: read once
     if t.empty:  # no rows, no findings (a run whose jobs all were skipped, or a filtered table)
         return pd.DataFrame(columns=FLAG_COLUMNS)
     rows = with_envelope(t)
@@ -373,7 +382,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
              + yardstick_findings(t, exact, settings))
     if other is not None:
         found += _nondeterminism(t, other)
-    out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]))
+    out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]), twins_of(t))
     out = out.merge(impl_meta(t), on=IMPL_KEY, how="left")
     if exact is not None:
         from .true_optimality import below_exact_flags  # the MILP module is only needed with exact distances

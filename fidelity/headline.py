@@ -149,7 +149,7 @@ def curve_lead(lead_a: float, lead_b: float, margin: float = SHARE_MARGIN) -> in
 
 def decide(res: dict, delta: float, margin: float, alpha: float = 0.05,
            share_margin: float = SHARE_MARGIN) -> dict:
-    """The headline fields of ``equivalence.compare`` from its endpoint fields (``res``):
+    """The headline fields of ``equivalence.pair_test`` from its endpoint fields (``res``):
     ``headline`` (one of ``WORDS``, ``a``'s side), ``lean`` (what blocked a direction, "" when
     nothing did), ``p_different``, ``p_equivalent``, ``direction`` (−1: ``a`` better, +1: worse, 0:
     none estimated) and ``mixed``.

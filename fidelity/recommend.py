@@ -5,7 +5,7 @@ The rule (fidelity/README.md, "Trust sets"):
 1. Candidates are the implementations without a defect flag (every flag but the weakness flags
    ``WEAKNESS_FLAGS``; ``below_expected_strength`` included, so an implementation of a strong
    family far from its norm's envelope is never trusted).
-2. Every two candidates are compared image by image on the robustness curve (``equivalence.compare``:
+2. Every two candidates are compared image by image on the robustness curve (``equivalence.pair_test``:
    the headline of ``headline.py``, the share of images each is worse on, with the failure and
    distance endpoints beneath; one image on all models one block). A candidate is excluded when
    some other candidate is shown *better* than it, with the difference test Holm-adjusted over all those pairs:
@@ -34,7 +34,7 @@ from scipy import stats as sps
 
 from ._table import IMPL_KEY, long_distances, prepare, without_twins
 from . import paired_binary
-from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, compare, observed_rows, signed_rank_z,
+from .equivalence import (DELTA, FAILURE_MARGIN, ImageBlocks, answer, pair_test, observed_rows, signed_rank_z,
                           swapped)
 from .headline import SHARE_DELTA, SHARE_MARGIN, WEIGHTS
 from .evidence_text import shown_text
@@ -279,13 +279,13 @@ def label_notes(table: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:
 
 
 def trust_tests(blocks: ImageBlocks, cands: list[int], alpha: float = ALPHA) -> tuple[dict, np.ndarray, list]:
-    """All candidate pairs: (``{(i, j): (per-image values, compare result)}``, exclusions (c,),
+    """All candidate pairs: (``{(i, j): (per-image values, pair_test result)}``, exclusions (c,),
     the pair list). Holm over every pair's difference test; excluded: worse than some other."""
     pairs = [(a, b) for x, a in enumerate(cands) for b in cands[x + 1:]]
     tests = {}
     for i, j in pairs:
         x = blocks.image_values(i, j)
-        tests[(i, j)] = (x, compare(x, alpha=alpha))
+        tests[(i, j)] = (x, pair_test(x, alpha=alpha))
     # a mixed pair (one breaks more images, the other is closer on those both broke) excludes neither
     p = np.array([[1.0 if tests[q][1]["mixed"] else tests[q][1]["p_different"] for q in pairs]]) if pairs \
         else np.zeros((1, 0))
@@ -355,7 +355,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     for c, pe in zip(others, p_eq):
         x, _ = tests[(min(top, c), max(top, c))]
         vals = x if c < top else swapped(x)                   # the member against the top pick
-        res = compare(vals, alpha=alpha)
+        res = pair_test(vals, alpha=alpha)
         word = "mixed" if res["mixed"] else answer(1.0, pe, alpha)  # not different: it was kept
         need = images_to_decide(vals, alpha / max(len(others), 1)) if word == "inconclusive" else None
         members.append(_member(g.iloc[c], ci[c]) | {

@@ -83,7 +83,7 @@ def distance_images(r: np.ndarray, share_both: float, alpha: float, delta: float
 
 def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, power: float = POWER,
                      margin: float = FAILURE_MARGIN) -> float:
-    """Images a rerun needs for the headline of ``equivalence.compare`` of pair values to decide at
+    """Images a rerun needs for the headline of ``equivalence.pair_test`` of pair values to decide at
     level ``alpha`` with probability ``power`` at the planned truth (module docstring): at least
     one more than it has, ``inf`` when no size would. Leaning different, the smallest size of the
     endpoints beyond their margins (each at its weighted Bonferroni share of α,

@@ -10,7 +10,7 @@ then doubling, the last the cap): a row still *inconclusive* at look k runs agai
 (``SPENDING_POWER``) of the information fraction t_k = n_k / n_K, look k judges every row it holds
 at the increment a_k = α(t_k) − α(t_{k−1}) (``look_alphas``), every claim of a verdict at that level: the difference
 tests that exclude an implementation ("clear", a crossing "mixed") and the equivalence tests of
-"tied" (``recommend(alpha=a_k)``, which passes it on to ``equivalence.compare`` and the headline).
+"tied" (``recommend(alpha=a_k)``, which passes it on to ``equivalence.pair_test`` and the headline).
 A row makes a false claim across the looks only if it makes one at some look, so by the union
 bound its chance is at most Σ a_k = α, whatever the dependence between the looks (the images of
 look k are among those of look k+1). ρ = 3 keeps most of α for the last look: the early looks

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.fidelity import prepare, twins_of  # every fidelity check reads the table through it
-from attackaudit.fidelity.equivalence import answer, compare, pair_values
+from attackaudit.fidelity.equivalence import answer, pair_test, pair_values
 from attackaudit.fidelity.stats import ALPHA, holm
 from attackaudit.fidelity.twins import seed_twin_check
 from attackaudit.results.schema import SEED, Twin, with_twin_columns
@@ -44,7 +44,7 @@ def declared_randomised(manifests: list[dict]) -> dict[str, bool]:
 def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str, bool] | None = None
                     ) -> pd.DataFrame | None:
     """One row per (model with a seed twin, norm, implementation): ``COLUMNS``. ``answer`` is
-    ``equivalence.compare`` of seed twin against model (both endpoints), Holm over the rows;
+    ``equivalence.pair_test`` of seed twin against model (both endpoints), Holm over the rows;
     ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
     ``~seed`` rows."""
     if not (with_twin_columns(table)["twin"] == SEED).any():
@@ -60,7 +60,7 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str
         base = dist[(r.model, "", r.norm, r.implementation, r.library_version)]
         twin = dist[(r.model, SEED, r.norm, r.implementation, r.library_version)].reindex(base.index)
         a, b = twin.to_numpy(float), base.to_numpy(float)
-        results.append(compare(pair_values(a, b, live=~((a == 0) & (b == 0)))))
+        results.append(pair_test(pair_values(a, b, live=~((a == 0) & (b == 0)))))
     p_diff = holm([res["p_different"] for res in results])
     p_eq = holm([res["p_equivalent"] for res in results])
     # a flag the seed twin shares with its own model is the attack's own behaviour (e.g. last_not_best

@@ -183,7 +183,7 @@ def test_images_to_decide_is_checked_against_the_actual_test_at_that_size(values
     for. (The shipped plan leans past the observed effect, for the selection a sized look carries:
     benchmarks/power.py --sizes measures it on real seed noise.)"""
     from attackaudit.fidelity import sample_size
-    from attackaudit.fidelity.equivalence import answer, compare
+    from attackaudit.fidelity.equivalence import answer, pair_test
     from attackaudit.fidelity.sample_size import images_to_decide
 
     # mostly tied values (a single non-zero ratio among zeros) make the exact signed rank stall
@@ -192,19 +192,19 @@ def test_images_to_decide_is_checked_against_the_actual_test_at_that_size(values
     shipped = sample_size.PLAN_CONFIDENCE
     sample_size.PLAN_CONFIDENCE = 0.5
     try:
-        _tiled_decides(values, frac_fail_a, frac_fail_b, answer, compare, images_to_decide)
+        _tiled_decides(values, frac_fail_a, frac_fail_b, answer, pair_test, images_to_decide)
     finally:
         sample_size.PLAN_CONFIDENCE = shipped
 
 
-def _tiled_decides(values, frac_fail_a, frac_fail_b, answer, compare, images_to_decide):
+def _tiled_decides(values, frac_fail_a, frac_fail_b, answer, pair_test, images_to_decide):
 
     r = np.asarray(values)
     n = r.size
     fa = (np.arange(n) < int(n * frac_fail_a)).astype(float)
     fb = (np.arange(n)[::-1] < int(n * frac_fail_b)).astype(float)
     x = np.stack([fa, fb, np.where((fa == 0) & (fb == 0), r, np.nan)])
-    res = compare(x)
+    res = pair_test(x)
     if answer(res["p_different"], res["p_equivalent"], ALPHA) != "inconclusive" or res["mixed"]:
         return
     need = images_to_decide(x, ALPHA)
@@ -213,7 +213,7 @@ def _tiled_decides(values, frac_fail_a, frac_fail_b, answer, compare, images_to_
     # 10% over the plan: the plan is the normal approximation, the tests are exact (ties, discreteness)
     size = int(np.ceil(1.1 * need))
     big = np.tile(x, (1, -(-size // n)))[:, :size]
-    got = compare(big)
+    got = pair_test(big)
     # a direction blocked by an endpoint leaning the other way (headline.decide): the plan sizes that
     # endpoint too (the largest size), but on tiled values its exact test (ties, Walsh averages that
     # tiling changes) resolves later than the normal plan says; benchmarks/power.py --sizes measures

@@ -1,6 +1,6 @@
 """The one headline of a comparison, on the robustness curve (fidelity/headline.py; issue 48): the
 constructed cases the statistician re-ran, on real distances of the noise corpus where the case
-needs real attack noise, through the public ``compare``, ``recommend`` and ``diff``."""
+needs real attack noise, through ``equivalence.pair_test``, ``recommend`` and ``diff``."""
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from attackaudit.fidelity import diff, recommend
-from attackaudit.fidelity.equivalence import compare, pair_values, swapped
+from attackaudit.fidelity.equivalence import pair_test, pair_values, swapped
 from attackaudit.fidelity.headline import SHARE_DELTA, worse_beyond
 from attackaudit.fidelity.synthetic import job_rows, table
 
@@ -41,13 +41,13 @@ def test_a_minority_twice_as_far_is_worse_where_the_typical_difference_is_nil(se
     base, twin = seed_pair
     copy = twin.copy()
     copy[: int(0.2 * copy.size)] *= 2                    # 20% of the images 2× farther, the rest seed noise
-    res = compare(pair_values(copy[None], base[None]))
+    res = pair_test(pair_values(copy[None], base[None]))
     assert abs(np.expm1(res["estimate"])) < 0.05        # the pseudo-median sees nothing
     assert res["headline"] == "worse" and res["direction"] == 1
     row = _diff_verdict(base, copy)
     assert row.verdict == "regressed" and "new worse on the robustness curve" in row.reason
     # the seed twin itself: no direction
-    assert compare(pair_values(twin[None], base[None]))["headline"] not in ("better", "worse", "mixed")
+    assert pair_test(pair_values(twin[None], base[None]))["headline"] not in ("better", "worse", "mixed")
 
 
 def test_a_failure_excess_with_a_closer_remainder_is_worse_not_mixed(seed_pair):
@@ -55,7 +55,7 @@ def test_a_failure_excess_with_a_closer_remainder_is_worse_not_mixed(seed_pair):
     base, _ = seed_pair
     new = base * 0.8
     new[: int(0.56 * new.size)] = np.inf
-    res = compare(pair_values(new[None], base[None]))
+    res = pair_test(pair_values(new[None], base[None]))
     assert res["p_failure_different"] < 0.05 and res["p_distance_different"] < 0.05   # opposite endpoints
     assert res["lead_a"] < 0.05 and not res["mixed"] and res["headline"] == "worse"
     assert _diff_verdict(base, new).verdict == "regressed"
@@ -67,7 +67,7 @@ def test_a_copy_that_fails_more_is_never_clear_because_it_is_closer_on_the_rest(
     base, _ = seed_pair
     copy = base * 0.95
     copy[:6] = np.inf
-    res = compare(pair_values(copy[None], base[None]))
+    res = pair_test(pair_values(copy[None], base[None]))
     assert res["headline"] == "inconclusive" and res["lean"]
     t = table(job_rows("m", "a/orig", "linf", base, family="f"), job_rows("m", "b/copy", "linf", copy, family="f"))
     r = recommend(t, None, n_boot=50).iloc[0]
@@ -90,7 +90,7 @@ def test_an_l0_attack_one_pixel_worse_on_a_quarter_of_the_images_is_worse():
     old = np.round(rng.uniform(3, 30, 64))
     new = old.copy()
     new[:16] += 1
-    res = compare(pair_values(new[None], old[None]))
+    res = pair_test(pair_values(new[None], old[None]))
     assert res["integer"] and res["worse_a"] == 0.25 and res["worse_b"] == 0.0
     assert res["headline"] == "worse"
     assert "by a unit or more" in _diff_verdict(old, new).reason
@@ -101,7 +101,7 @@ def test_mixed_only_where_the_curves_cross_and_the_words_say_where():
     old = rng.uniform(0.2, 1.0, 64)
     new = old * 0.5
     new[old > 0.75] = np.inf                             # breaks the easy ones closer, fails the hard ones
-    res = compare(pair_values(new[None], old[None]))
+    res = pair_test(pair_values(new[None], old[None]))
     assert res["mixed"] and res["headline"] == "mixed" and 0.2 < res["crossing"] < 1.0
     row = _diff_verdict(old, new)
     assert row.verdict == "mixed" and "the robustness curves cross at distance" in row.reason
@@ -133,7 +133,7 @@ def test_share_rows_follow_the_plain_rule_and_swapping_mirrors_the_headline(a, b
     got = worse_beyond(a, b, SHARE_DELTA, integer)
     assert list(got) == [_plain_worse(x, y, integer) for x, y in zip(a, b)]
     x = pair_values(a[None], b[None])
-    res, mirror = compare(x), compare(swapped(x))
+    res, mirror = pair_test(x), pair_test(swapped(x))
     assert mirror["headline"] == MIRROR[res["headline"]]
     assert mirror["p_different"] == pytest.approx(res["p_different"])
     assert mirror["p_equivalent"] == pytest.approx(res["p_equivalent"])

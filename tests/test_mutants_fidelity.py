@@ -15,7 +15,7 @@ from scipy import stats
 from attackaudit.fidelity import stats as fidelity_stats
 from attackaudit.fidelity.flags import FLAGS, flagged
 from attackaudit.fidelity.optimality import envelope
-from attackaudit.fidelity.equivalence import (DELTA, ImageBlocks, compare, distances_compare, pair_values, per_image,
+from attackaudit.fidelity.equivalence import (DELTA, ImageBlocks, pair_test, distance_pair_test, pair_values, per_image,
                                               signed_rank_z, swapped)
 from attackaudit.fidelity.paired_binary import (FAILURE_MARGIN, beyond_p, discordant, estimate, images_needed,
                                                 mcnemar_p, min_beyond_p, score_z, within_p)
@@ -240,7 +240,7 @@ def test_a_comparison_seen_from_the_other_side_is_its_mirror_image():
     b = a * rng.uniform(1.0, 1.4, 40)
     b[:6] = np.inf  # b failed on six images a broke
     values = pair_values(a, b)
-    ab, ba = compare(values), compare(swapped(values))
+    ab, ba = pair_test(values), pair_test(swapped(values))
     assert (ab["fail_a"], ab["fail_b"]) == (ba["fail_b"], ba["fail_a"]) and ab["fail_b"] == pytest.approx(6 / 40)
     assert (ab["broke_only_a"], ab["wins_a"]) == (ba["broke_only_b"], ba["wins_b"])
     assert ab["estimate"] == pytest.approx(-ba["estimate"]) and ab["estimate"] < 0
@@ -250,9 +250,9 @@ def test_a_comparison_seen_from_the_other_side_is_its_mirror_image():
 def test_images_both_found_adversarial_at_distance_zero_are_left_out():
     a = np.array([0.0, 0.0, 1.0, 2.0, 3.0])
     b = np.array([0.0, 0.5, 1.0, 2.5, np.inf])
-    res = distances_compare(a, b)
+    res = distance_pair_test(a, b)
     assert res["n_images"] == 4 and res["n_both"] == 3 and res["broke_only_a"] == 1
-    other = distances_compare(a[1:], b[1:])
+    other = distance_pair_test(a[1:], b[1:])
     assert res.keys() == other.keys()
     assert all(res[k] == other[k] or (res[k] != res[k] and other[k] != other[k]) for k in res)  # NaN == NaN
 

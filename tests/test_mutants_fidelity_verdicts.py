@@ -204,20 +204,20 @@ def test_images_needed_gives_the_promised_power_at_the_planned_truth():
 
 # =================================================================================== diff.py
 from attackaudit.fidelity.diff import DIFF_COLUMNS, diff, weigh  # noqa: E402
-from attackaudit.fidelity.equivalence import compare, pair_values  # noqa: E402
+from attackaudit.fidelity.equivalence import pair_test, pair_values  # noqa: E402
 from attackaudit.fidelity.sample_size import images_to_decide  # noqa: E402
 from attackaudit.fidelity.synthetic import job_rows, table  # noqa: E402
 from attackaudit.fidelity import FLAG_COLUMNS  # noqa: E402
 
 
 def new_against_old(factor=0.6, seed=5):
-    """``equivalence.compare`` of a new run against an old one on 30 images: the new one ``factor``
+    """``equivalence.pair_test`` of a new run against an old one on 30 images: the new one ``factor``
     times the old distance on 25, it alone broke 2, the old one alone broke 3."""
     old = np.random.default_rng(seed).uniform(0.2, 0.6, 30)
     new = old * factor
     new[:3] = np.inf
     old[3:5] = np.inf
-    return compare(pair_values(new[None], old[None]))
+    return pair_test(pair_values(new[None], old[None]))
 
 
 def test_weigh_counts_images_either_run_broke_alone_and_weighs_a_large_change_more():
@@ -268,7 +268,7 @@ def test_weigh_an_undecided_change_is_inconclusive_with_what_would_decide_it():
     assert (verdict, score) == ("inconclusive", 0)
     assert reason.endswith(": rerun with --samples 99)") and "neither shown different nor equivalent" in reason
     assert weigh(res, "equivalent", 0.01, (0.5, 0.5), set(), set(), 30, 30, "rerun")[0] == "unchanged"
-    still = compare(pair_values(np.full((1, 10), 0.3), np.full((1, 10), 0.3)))
+    still = pair_test(pair_values(np.full((1, 10), 0.3), np.full((1, 10), 0.3)))
     assert weigh(still, "inconclusive", 1.0, (0.5, 0.5), set(), set(), 10, 10, "")[0] == "unchanged"
 
 
@@ -724,18 +724,18 @@ def test_a_pair_that_breaks_more_images_but_farther_is_mixed_only_where_the_curv
     a[12:42] = old[12:42]    # only a broke these 30
     b[12:] = np.inf
     a[42:] = np.inf          # neither broke the rest
-    res = compare(pair_values(a[None], b[None]))
+    res = pair_test(pair_values(a[None], b[None]))
     assert (res["broke_only_a"], res["broke_only_b"], res["n_both"]) == (30, 0, 12)
     assert res["p_failure_different"] < res["p_distance_different"] < 0.05
     assert res["lead_b"] == pytest.approx(2 / 42) and res["mixed"] is False
     assert res["headline"] == "better" and res["direction"] == -1
     a[:12], a[12:42] = old[:12] * 1.5, old[12:42] * 3
-    crossed = compare(pair_values(a[None], b[None]))
+    crossed = pair_test(pair_values(a[None], b[None]))
     assert crossed["mixed"] is True and crossed["headline"] == "mixed"
     assert crossed["lead_b"] >= 0.05 and crossed["lead_a"] >= 0.05
     assert old[:12].min() <= crossed["crossing"] <= 3 * old.max()
     # the distance endpoint alone (both broke the same images): b better, not mixed
-    alone = compare(pair_values((old * 1.2)[None], old[None]))
+    alone = pair_test(pair_values((old * 1.2)[None], old[None]))
     assert alone["mixed"] is False and alone["direction"] == 1
 
 
@@ -747,7 +747,7 @@ def test_with_nothing_beyond_a_margin_the_direction_is_the_larger_effect_relativ
     def pair(only_b, factor):
         a, b = old * factor, old.copy()
         a[:only_b] = np.inf      # b alone broke these: a's failure rate is higher
-        return compare(pair_values(a[None], b[None]))
+        return pair_test(pair_values(a[None], b[None]))
 
     # a fails 4 points more (0.8 of the margin), is 1% closer (0.2 of δ): the failures decide, b
     res = pair(4, 0.99)

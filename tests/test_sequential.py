@@ -1,4 +1,4 @@
-"""Runs that extend until decided (``--until-decided``, ``compare(until_decided=...)``): the α
+"""Runs that extend until decided (``--until-decided``, ``pair_test(until_decided=...)``): the α
 spending against a simple reference, which rows a look leaves open, the per-look α reaching the
 verdicts, a real small run whose second look extends only its undecided row (killed mid-look and
 resumed, its looks in the manifest, its report answering each row from its last look), and the
@@ -20,7 +20,7 @@ from scipy import stats as sps
 import attackaudit
 from attackaudit.cli import main as cli_main
 from attackaudit.fidelity import recommend, synthetic
-from attackaudit.fidelity.equivalence import compare, pair_values
+from attackaudit.fidelity.equivalence import pair_test, pair_values
 from attackaudit.fidelity.sequential import SPENDING_POWER, is_open, look_alphas, look_sizes, verdicts
 from attackaudit.results.store import load_run
 
@@ -72,8 +72,8 @@ def test_a_look_s_alpha_reaches_the_headline_and_the_verdict():
     farther = base.copy()
     farther[:8] *= 1.5
     values = pair_values(base, farther)
-    assert compare(values)["headline"] == compare(values, alpha=ALPHA)["headline"] == "better"
-    assert compare(values, alpha=0.0125)["headline"] == "inconclusive"
+    assert pair_test(values)["headline"] == pair_test(values, alpha=ALPHA)["headline"] == "better"
+    assert pair_test(values, alpha=0.0125)["headline"] == "inconclusive"
     table = synthetic.table(synthetic.job_rows("m", "lib/a", "l2", base, family="f"),
                             synthetic.job_rows("m", "lib/b", "l2", farther, family="f"))
     assert recommend(table, NO_FLAGS, n_boot=2, alpha=ALPHA).iloc[0]["verdict"] == "clear"

@@ -1,11 +1,11 @@
-"""Tarone's modified Bonferroni in the headline of ``equivalence.compare`` (``headline.decide``):
+"""Tarone's modified Bonferroni in the headline of ``equivalence.pair_test`` (``headline.decide``):
 of the share, failure and distance endpoints, one that cannot reach α from its ancillary counts is
 not charged, one that can is."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from attackaudit.fidelity.equivalence import compare, reachable_endpoints
+from attackaudit.fidelity.equivalence import pair_test, reachable_endpoints
 from attackaudit.fidelity.stats import ALPHA
 
 
@@ -43,7 +43,7 @@ def _charged(c: dict) -> list[float]:
 def test_no_discordant_image_charges_the_distance_endpoint_alone():
     # 8% farther on 24 images: no image beyond the share's 25%, no failure: only the distance
     # endpoint can show anything, and it is charged alone (the planted halved PGD step's case)
-    c = compare(values(24, 0, 0.08))
+    c = pair_test(values(24, 0, 0.08))
     assert reachable_endpoints(np.zeros(24), np.zeros(24), 24) == (False, True) and c["share_discordant"] == 0
     assert c["p_different"] == c["p_distance_different"] < ALPHA
     assert c["headline"] == "worse"
@@ -52,7 +52,7 @@ def test_no_discordant_image_charges_the_distance_endpoint_alone():
 def test_a_failure_endpoint_that_could_reach_alpha_is_charged():
     fa = np.r_[np.ones(12), np.zeros(28)]
     assert reachable_endpoints(fa, np.zeros(40), 28) == (True, True)
-    c = compare(values(40, 12, 0.08))
+    c = pair_test(values(40, 12, 0.08))
     assert c["p_different"] == pytest.approx(min(1.0, min(_charged(c)))) and c["p_different"] < ALPHA
     assert len(_charged(c)) == 3
     assert c["headline"] == "worse"
@@ -62,14 +62,14 @@ def test_too_few_images_both_broke_cannot_show_a_distance_difference():
     # the exact signed rank's smallest two-sided p with 5 images is 2/32 > α, and so is the share
     # endpoint's exact floor on 5 discordant images: nothing is reachable, the share's p stands
     assert reachable_endpoints(np.zeros(5), np.zeros(5), 5) == (False, False)
-    c = compare(values(5, 0, 0.5))
+    c = pair_test(values(5, 0, 0.5))
     assert c["p_different"] == pytest.approx(min(1.0, c["p_share_different"]))
 
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(8, 60), share=st.floats(0, 0.6), r=st.floats(-0.3, 0.3), seed=st.integers(0, 99))
 def test_p_different_is_weighted_bonferroni_over_the_charged_endpoints(n, share, r, seed):
-    c = compare(values(n, int(share * n), r, seed))
+    c = pair_test(values(n, int(share * n), r, seed))
     charged = _charged(c)
     if c["mixed"] or c["lean"]:   # a crossing or a contrary lean: its own p (headline.decide)
         assert c["headline"] in ("mixed", "inconclusive")

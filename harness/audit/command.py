@@ -204,7 +204,7 @@ def prepare_side(release: Release | str, installed: str, dist: str, library: str
     return Side(version, env, out / f"{library}-{version}")
 
 
-def compare_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, eps: dict[str, float] | None = None):
+def diff_sides(a: Side, b: Side, *, alpha: float, min_delta: float | None, eps: dict[str, float] | None = None):
     """``fidelity.diff`` of two finished sides, their subset hash and result tables (the evidence)."""
     from attackaudit import fidelity
     from attackaudit.results.schema import ROW_COLUMNS
@@ -295,8 +295,8 @@ class _Plan:
     def run(self, side: Side) -> None:
         run_side(side, self.base, self.library, self.echo)
 
-    def compare(self, a: Side, b: Side):
-        return compare_sides(a, b, alpha=self.alpha, min_delta=self.min_delta, eps=self.eps)
+    def diff(self, a: Side, b: Side):
+        return diff_sides(a, b, alpha=self.alpha, min_delta=self.min_delta, eps=self.eps)
 
 
 def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0.05, min_delta: float | None = None,
@@ -320,7 +320,7 @@ def audit(releases: list[str], out: str | Path, flags: dict, *, alpha: float = 0
     if all(s.empty for s in sides):
         raise InputError(f"no attack of {dist} {' or '.join(s.version for s in sides)} matches the filters "
                          "(--families/--norms/--attacks); `attackaudit attacks` lists the catalogue")
-    diff, subset_hash, tables = plan.compare(*sides)
+    diff, subset_hash, tables = plan.diff(*sides)
     out.mkdir(parents=True, exist_ok=True)
     diff.to_csv(out / "diff.csv", index=False)
     counts = {str(k): int(v) for k, v in diff["verdict"].value_counts().items()} if len(diff) else {}
@@ -366,7 +366,7 @@ def _bisect_doc(plan: _Plan, sides: list[Side], diff, between: list[str]) -> tup
         side = plan.prepare(version)
         plan.run(side)
         tested_sides[version] = side
-        return measures(plan.compare(sides[0], side)[0], "b")
+        return measures(plan.diff(sides[0], side)[0], "b")
 
     changed = {(r["implementation"], r["norm"]): r["verdict"] for _, r in diff.iterrows()
                if r["verdict"] != "unchanged"}
