@@ -47,9 +47,9 @@ def size_settings(size: str) -> dict:
 def size_models(case) -> list[str]:
     """The case's models without their twin suffixes, in order (``--metamorphic`` adds the twins):
     ``["digits-mlp", "digits-mlp~split"]`` → ``["digits-mlp"]``."""
-    from attackaudit.sources.zoo import twin_of
+    from attackaudit.results.schema import parse_model_name
 
-    real = [m.removesuffix(twin_of(m)) for m in case.run["models"]]
+    real = [parse_model_name(m).base_model for m in case.run["models"]]
     return list(dict.fromkeys(real))
 
 

@@ -107,11 +107,10 @@ def _twin_rows(t: pd.DataFrame) -> list[dict]:
 
 
 def _not_best_rows(t: pd.DataFrame) -> list[dict]:
-    from attackaudit.fidelity._table import is_twin
     from attackaudit.fidelity.flags import LAST_NOT_BEST_RTOL
 
     out = []
-    base = t[~t["model"].map(is_twin) & (t["status"] == "ok") & np.isfinite(t["best_distance"])
+    base = t[(t["twin"] == "") & (t["status"] == "ok") & np.isfinite(t["best_distance"])
              & (t["best_distance"] > 0)]
     for (model, impl, norm, kind), g in base.groupby(["model", "implementation", "norm", "kind"], sort=True):
         best, ret = g["best_distance"].to_numpy(float), g["returned_distance"].to_numpy(float)
@@ -123,10 +122,9 @@ def _not_best_rows(t: pd.DataFrame) -> list[dict]:
 
 
 def _failure_rows(t: pd.DataFrame) -> list[dict]:
-    from attackaudit.fidelity._table import is_twin
     from attackaudit.fidelity.strength import is_strong
 
-    t = t[~t["model"].map(is_twin) & (t["kind"] == "minimal") & (t["status"] == "ok") & (t["best_distance"] > 0)]
+    t = t[(t["twin"] == "") & (t["kind"] == "minimal") & (t["status"] == "ok") & (t["best_distance"] > 0)]
     out = []
     for (model, impl, norm, family), g in t.groupby(["model", "implementation", "norm", "family"], sort=True):
         if is_strong(family, norm):

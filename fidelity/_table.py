@@ -10,9 +10,10 @@ Conventions shared by the whole package (fidelity/README.md explains why):
 - its distance on a sample is the tracker's ``best_distance`` whatever the row's ``status`` (what
   the tracker saw before a crash was re-checked on the model and stayed within the budget); NaN
   counts as ``inf`` (nothing found);
-- a model named ``<base>~<kind>`` (``~shift``, ``~perm``, ``~seed``, ``~split``) is a metamorphic twin:
-  it is its own model for envelopes and local optimality, and left out of every cross-model
-  aggregate;
+- a row whose ``twin`` column is not empty (``shift``, ``perm``, ``seed``, ``split``, ``batch``:
+  ``harness/results/schema.py`` ``Twin``; its model is named ``<base_model>~<twin>``) is a
+  metamorphic twin: it is its own model for envelopes and local optimality, and left out of every
+  cross-model aggregate;
 - rows of status ``unsupported`` (the adapter could not call that release the way the job needs:
   our limitation, not the library's) and ``harness_error`` (the job's worker failed before the
   attack started) are absent: never a crash, never a failure.
@@ -22,13 +23,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-#: separator of a metamorphic twin's name, ``digits-mlp~shift``
-TWIN_SEP = "~"
+from attackaudit.results.schema import with_twin_columns  # torch-free: the one reader of twin names
+
 #: row status of a job the adapter could not run (treated as absent everywhere)
 UNSUPPORTED = "unsupported"
 #: row statuses that carry no result of the attack (``harness/results/schema.py``): left out everywhere
 NO_RESULT = (UNSUPPORTED, "harness_error")
-SHIFT_SUFFIX = "~shift"
 #: one implementation of one release
 IMPL_KEY = ["implementation", "library_version"]
 SAMPLE_KEY = ["model", "norm", "sample"]
@@ -55,7 +55,7 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise ValueError(f"result table lacks column(s) {', '.join(missing)}")
-    t = table.copy()
+    t = with_twin_columns(table.copy())  # tables written before the twin columns name twins only
     if "status" in t.columns:
         t = t[~t["status"].astype(str).isin(NO_RESULT)]
     for col, default in _DEFAULTS.items():
@@ -64,7 +64,7 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     if "implementation" not in t.columns:
         t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
     for col in ("implementation", "library_version", "library", "attack", "family", "kind", "status",
-                "model", "norm"):
+                "model", "norm", "base_model", "twin"):
         t[col] = t[col].fillna("").astype(str)
     t["error"] = t["error"].fillna("").astype(str)
     for col in ("best_distance", "returned_distance"):
@@ -93,22 +93,20 @@ def one_family(t: pd.DataFrame) -> pd.DataFrame:
     return t.assign(family=t[IMPL_KEY].merge(named, on=IMPL_KEY, how="left")["family"].fillna("").to_numpy())
 
 
-def is_twin(model: object) -> bool:
-    return TWIN_SEP in str(model)
+def is_twin(t: pd.DataFrame) -> pd.Series:
+    """Per row of a table with the ``twin`` column (``prepare``d): whether its model is a twin."""
+    return t["twin"].astype(str) != ""
 
 
-def base_of(model: object) -> str:
-    return str(model).split(TWIN_SEP, 1)[0]
-
-
-def twin_kind(model: object) -> str:
-    """``"shift"`` for ``M~shift``, ``"perm"`` for ``M~perm``, "" for a real model."""
-    return str(model).split(TWIN_SEP, 1)[1] if is_twin(model) else ""
+def twins_of(t: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """{model: (base model, twin kind)} of a ``prepare``d table, for frames that name models only."""
+    pairs = t[["model", "base_model", "twin"]].drop_duplicates("model")
+    return {str(m): (str(b), str(k)) for m, b, k in pairs.itertuples(index=False)}
 
 
 def without_twins(t: pd.DataFrame) -> pd.DataFrame:
     """Rows of real models only (twins exist for the metamorphic checks)."""
-    return t[~t["model"].map(is_twin)] if len(t) else t
+    return t[~is_twin(with_twin_columns(t))] if len(t) else t
 
 
 def long_distances(t: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
@@ -185,8 +183,8 @@ def sample_list(samples: object, limit: int = 6) -> str:
 
 #: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
 #: selections cheap on demo-size tables)
-ROW_COLUMNS = [*JOB_KEY, "sample", "label", "family", "kind", "status", "error", "refused", "budget", "forwards",
-               "backwards", "best_distance", "returned_distance"]
+ROW_COLUMNS = [*JOB_KEY, "base_model", "twin", "sample", "label", "family", "kind", "status", "error", "refused",
+               "budget", "forwards", "backwards", "best_distance", "returned_distance"]
 
 
 def with_envelope(t: pd.DataFrame) -> pd.DataFrame:

@@ -84,7 +84,7 @@ def judge(rows: pd.DataFrame) -> pd.DataFrame:
     if "d_star_family" not in rows.columns:
         return pd.DataFrame(columns=cols)
     # the images the implementation's family broke; the family's rows give the difficulty
-    target = rows[~rows["model"].map(is_twin) & rows["live"] & np.isfinite(rows["d_star_family"])]
+    target = rows[~is_twin(rows) & rows["live"] & np.isfinite(rows["d_star_family"])]
     target = target.assign(broke=np.isfinite(target["best_distance"]) & (target["status"] == "ok"),
                            queries=target["forwards"] + target["backwards"])
     out = []

@@ -11,7 +11,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from attackaudit.results.schema import ROW_COLUMNS  # torch-free: fidelity must not import the torch-side harness
+# torch-free: fidelity must not import the torch-side harness
+from attackaudit.results.schema import ROW_COLUMNS, parse_model_name
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:
@@ -36,8 +37,10 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
     ret = best if returned is None else _per_sample(returned, n, float)
     idx = np.arange(n) if samples is None else np.asarray(samples)
     other = {"best_l0": best, "best_l1": best, "best_l2": best, "best_linf": best}
+    twin = parse_model_name(model)
     return pd.DataFrame({
-        "run": run, "job_id": f"{model}__{implementation}__{norm}", "model": model, "dataset": "digits",
+        "run": run, "job_id": f"{model}__{implementation}__{norm}", "model": model,
+        "base_model": twin.base_model, "twin": twin.kind, "dataset": "digits",
         "subset_hash": "h", "sample": idx, "label": labels if labels is not None else idx % 10,
         "clean_correct": best > 0, "library": library, "library_version": library_version, "attack": attack,
         "implementation": implementation, "family": family or attack, "norm": norm, "kind": kind,

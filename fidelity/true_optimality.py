@@ -52,7 +52,7 @@ def _join_exact(t: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.DataFrame, list[
     up to a per-sample logit shift, so its minimal distances are M's."""
     keys = [k for k in ("model", "dataset", "norm", "sample") if k in ref.columns and k in t.columns]
     have = set(ref["model"])
-    exact_model = t["model"].map(lambda m: m if m in have or "~" not in m else m.split("~", 1)[0])
+    exact_model = t["model"].where(t["model"].isin(have) | (t["twin"] == ""), t["base_model"])
     joined = t.assign(_exact_model=exact_model).merge(
         ref.rename(columns={"model": "_exact_model"}), on=["_exact_model"] + [k for k in keys if k != "model"],
         how="inner")

@@ -46,7 +46,9 @@ from scipy import stats as sps
 
 from typing import Iterable
 
-from ._table import IMPL_KEY, base_of, is_twin, sample_list, twin_kind
+from attackaudit.results.schema import with_twin_columns
+
+from ._table import IMPL_KEY, is_twin, sample_list
 from .equivalence import benjamini_hochberg, log_ratios, signed_rank_p
 from .stats import ALPHA
 
@@ -104,15 +106,15 @@ def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
 def _pairs(t: pd.DataFrame) -> pd.DataFrame:
     """Rows of every twin joined to its base model's rows: base, twin, kind, norm, impl key,
     family, sample, best_distance (base), best_distance_twin."""
-    t = t.assign(**{c: t[c] if c in t.columns else v for c, v in (("best_margin", np.nan), ("rng_used", False),
-                                                                   ("returned_fallback", ""))})
-    twins = t[t["model"].map(is_twin)]
+    t = with_twin_columns(t).assign(**{c: t[c] if c in t.columns else v for c, v in (
+        ("best_margin", np.nan), ("rng_used", False), ("returned_fallback", ""))})
+    twins = t[is_twin(t)]
     cols = ["norm", *IMPL_KEY, "sample", "best_distance", "best_margin", "rng_used", "returned_fallback"]
     if twins.empty:
         return pd.DataFrame(columns=["base", "model", "kind", "family", *cols,
                                      *[f"{c}_twin" for c in cols[-4:]]])
-    twins = twins.assign(base=twins["model"].map(base_of), kind=twins["model"].map(twin_kind))
-    base = t[~t["model"].map(is_twin)][["model", *cols]].rename(columns={"model": "base"})
+    twins = twins.assign(base=twins["base_model"], kind=twins["twin"])
+    base = t[~is_twin(t)][["model", *cols]].rename(columns={"model": "base"})
     return twins[["base", "model", "kind", "family", *cols]].merge(base, on=["base", *cols[:-4]],
                                                                    suffixes=("_twin", ""))
 

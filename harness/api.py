@@ -263,7 +263,7 @@ class Result:
 
         impls = set(self.rows.loc[(self.rows["family"] == family) & (self.rows["norm"] == norm), "implementation"])
         # the metamorphic twins (``MODEL~shift``, ...) are the same network: their panels would repeat it
-        curves = [c for c in self.data.curves if c.norm == norm and "~" not in c.model
+        curves = [c for c in self.data.curves if c.norm == norm and not c.is_twin
                   and any(k[0] in impls for k in c.by_impl)]
         if not curves:
             raise ValueError(f"family {family!r} under norm {norm!r} has no results in this run")

@@ -21,6 +21,7 @@ import pandas as pd
 
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from attackaudit.fidelity.flag_kinds import defects, weaknesses
+from attackaudit.results.schema import PERM, SEED, SHIFT, SPLIT, Twin
 from .tables import Pair, ReportData
 
 #: the one-word verdicts an answer row can show, in the order a reader meets them
@@ -28,8 +29,7 @@ VERDICTS = ("clear", "tied", "inconclusive", "only implementation", "none")
 #: flags whose evidence compares a model with its metamorphic twins: their rows show the model's,
 #: the twin's (``~perm`` renamed classes, ``~shift`` shifted logits, ``~split`` one image per call)
 #: and the seed twin's (``~seed``: another seed, the attack's own noise the difference is judged against)
-TWIN_FLAGS = {"label_bug": ("~perm", "~seed"), "shift_sensitivity": ("~shift", "~seed"),
-              "batch_dependence": ("~split", "~seed")}
+TWIN_FLAGS = {"label_bug": (PERM, SEED), "shift_sensitivity": (SHIFT, SEED), "batch_dependence": (SPLIT, SEED)}
 #: columns of the per-image rows a flag rests on, in reading order
 ROW_COLUMNS = ["model", "sample", "label", "status", "best_distance", "d_star", "returned_distance", "queries",
                "refused", "why", "error"]
@@ -246,20 +246,22 @@ def flag_anchor(implementation: str, version: str, norm: str) -> str:
     return anchor("flag-rows", implementation, version, norm)
 
 
-def _models_of(flags: pd.DataFrame, models: list[str]) -> list[str]:
+def _models_of(flags: pd.DataFrame, models: dict[str, Twin]) -> list[str]:
     """The models whose rows a set of findings rests on: each finding's model (every real model for
-    a finding about all models), with its metamorphic twin for a twin-based flag."""
-    real = [m for m in models if "~" not in m]
+    a finding about all models), with its metamorphic twin for a twin-based flag. ``models``: the
+    table's models, each as its ``Twin``."""
+    real = [m for m, twin in models.items() if not twin.is_twin]
     out: list[str] = []
     for model, flag in zip(flags["model"].astype(str).tolist(), flags["flag"].astype(str).tolist()):
         named = real if model in ("*", "all models") else [model]
         for m in named:
             out.append(m)
-            for suffix in TWIN_FLAGS.get(flag, ()):
-                if "~" not in m and f"{m}{suffix}" in models:
-                    out.append(f"{m}{suffix}")
-            if "~" in m:
-                out.append(m.split("~", 1)[0])
+            twin = models.get(m, Twin(m))
+            for kind in TWIN_FLAGS.get(flag, ()) if not twin.is_twin else ():
+                if twin.of(kind).name in models:
+                    out.append(twin.of(kind).name)
+            if twin.is_twin:
+                out.append(twin.base_model)
     return [m for m in dict.fromkeys(out) if m in models]
 
 
@@ -267,7 +269,7 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
     """Why each row stands out, and a priority to sort by (higher first): a failed status, a
     difference from the metamorphic twin, refused queries, a returned point worse than the best,
     then how far behind the envelope it is."""
-    base = {(r["model"], r["sample"]): r["best_distance"] for r in rows if "~" not in r["model"]}
+    base = {(r["model"], r["sample"]): r["best_distance"] for r in rows if not r["twin"]}
     out = []
     for r in rows:
         d, ref, ret = r["best_distance"], r["d_star"], r["returned_distance"]
@@ -275,11 +277,11 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
         if r["status"] != "ok":
             why.append(r["status"])
             score += 8
-        other = base.get((r["model"].split("~", 1)[0], r["sample"])) if "~" in r["model"] else None
+        other = base.get((r["base_model"], r["sample"])) if r["twin"] else None
         if other is not None and (math.isfinite(other) != math.isfinite(d) or (
                 math.isfinite(other) and abs(d - other) > 0.01 * max(abs(other), 1e-12))):
             # a second seed's difference is the noise floor, shown beside the twin it judges
-            seed = r["model"].endswith("~seed")
+            seed = r["twin"] == SEED
             why.append("differs with another seed (noise)" if seed else "differs on the twin")
             score += 0 if seed else 4
         why_ball, score_ball = _ball_why(r)
@@ -341,6 +343,7 @@ def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]
     queries = [a + b for a, b in zip(col("forwards", 0.0), col("backwards", 0.0))]
     # defect columns (absent in older runs: then nothing stands out for them)
     extra = {c: col(c, default) for c, default in BALL_COLUMNS.items()}
+    twins = list(zip(t["base_model"].astype(str), t["twin"].astype(str)))
     out: dict[tuple[str, str, str], dict[tuple[str, int], dict]] = {}
     for i, (k, model, sample, label, best, ret, refused) in enumerate(zip(
             [x for x, kept in zip(key, keep) if kept], t["model"].astype(str).tolist(), t["sample"].tolist(),
@@ -348,7 +351,8 @@ def _flagged_job_rows(data: ReportData) -> dict[tuple[str, str, str], list[dict]
             col("refused", 0.0))):
         error = text["error"][i]
         out.setdefault(k, {})[(model, sample)] = {
-            "model": model, "sample": sample, "label": label, "status": text["status"][i] or "ok",
+            "model": model, "base_model": twins[i][0], "twin": twins[i][1], "sample": sample, "label": label,
+            "status": text["status"][i] or "ok",
             "best_distance": best, "d_star": d_star.get((model, k[2]), {}).get(sample, math.nan),
             "returned_distance": ret, "queries": queries[i], "refused": refused,
             "error": error.splitlines()[0][:120] if error else "", **{c: v[i] for c, v in extra.items()}}
@@ -362,7 +366,8 @@ def flag_evidence_rows(data: ReportData, limit: int = MAX_FLAG_ROWS) -> dict[tup
     twin compares with its model, so the model's row of an image comes with the twin's)."""
     if data.flags.empty:
         return {}
-    models = sorted(data.table["model"].astype(str).unique())
+    pairs = data.table[["model", "base_model", "twin"]].astype(str).drop_duplicates("model")
+    models = {m: Twin(b, k) for m, b, k in sorted(pairs.itertuples(index=False))}
     jobs = _flagged_job_rows(data)
     out = {}
     for (impl, version, norm), f in data.flags.groupby(["implementation", "library_version", "norm"], sort=True):
@@ -373,10 +378,10 @@ def flag_evidence_rows(data: ReportData, limit: int = MAX_FLAG_ROWS) -> dict[tup
                         key=lambda i: (-why[i][1], rows[i]["sample"]))[:limit]
         # a twin's row is read against its model's row of the same image and the seed twin's (the
         # noise floor): show them together
-        partners = {(rows[i]["model"].split("~", 1)[0], rows[i]["sample"]) for i in ranked if "~" in rows[i]["model"]}
+        partners = {(rows[i]["base_model"], rows[i]["sample"]) for i in ranked if rows[i]["twin"]}
         chosen = set(ranked)
         picked = sorted((i for i, r in enumerate(rows)
-                         if i in chosen or (r["model"].split("~", 1)[0], r["sample"]) in partners),
+                         if i in chosen or (r["base_model"], r["sample"]) in partners),
                         key=lambda i: (rows[i]["sample"], rows[i]["model"]))
         frame = pd.DataFrame([{**rows[i], "why": why[i][0]} for i in picked], columns=ROW_COLUMNS)
         out[(str(impl), str(version), str(norm))] = (frame, sum(score > 0 for _, score in why))

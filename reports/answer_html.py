@@ -203,7 +203,7 @@ def evidence_plots(data: ReportData, found: list[Answer]) -> dict[str, object]:
     """The evidence plots (``svg.Svg``) by key: "m<id>" the curves, "p<id>" the deciding scatter."""
     curves_by_norm: dict[str, list] = {}
     for c in data.curves:
-        if "~" not in c.model:
+        if not c.is_twin:
             curves_by_norm.setdefault(c.norm, []).append(c)
     out: dict[str, object] = {}
     for a in found:

@@ -105,8 +105,8 @@ def compare_pair(row: pd.Series, dist_a: pd.DataFrame, dist_b: pd.DataFrame) -> 
     b = dist_b[(dist_b["implementation"] == key[0]) & (dist_b["norm"] == key[1])]
     if row.get("model", "*") not in ("*", ""):
         a, b = a[a["model"] == row["model"]], b[b["model"] == row["model"]]
+    a, b = a[a["twin"] == ""], b[b["twin"] == ""]  # the twins are the same networks again
     both = a.merge(b, on=["model", "sample"], suffixes=("_a", "_b"))
-    both = both[~both["model"].astype(str).str.contains("~", regex=False)]
     both = both[(both["best_distance_a"] > 0) | (both["best_distance_b"] > 0)]
     if both.empty:
         return None

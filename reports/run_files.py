@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
+from attackaudit.results.schema import SPLIT
 from attackaudit.results.store import load_exact, load_run, read_manifest
-
 from attackaudit.errors import InputError
+
 if TYPE_CHECKING:
     from .tables import ReportData
 
@@ -28,17 +29,13 @@ def load_repeats(run_dirs: Iterable[Path | str]) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-#: the batch-split twin's model suffix (harness/sources/twins.py; reports do not import the harness's sources)
-SPLIT_TWIN = "~split"
-
-
 def _check_mergeable(dirs: list[Path], tables: list[pd.DataFrame]) -> None:
     """Runs merge into one envelope only on the same samples, budget and attack mode. The batch-split
     twin (``MODEL~split``) may run on the first images of the subset only (``split_samples``; subsets
     nest), so its subset is checked to lie inside the run's, not to equal it."""
     whole = []  # each run's rows on its whole subset (the split twin's left out)
     for d, rows in zip(dirs, tables):
-        split = rows["model"].astype(str).str.endswith(SPLIT_TWIN)
+        split = rows["twin"] == SPLIT
         if split.any() and not set(rows.loc[split, "sample"]) <= set(rows.loc[~split, "sample"]):
             raise InputError(f"run {d}: its batch-split twin attacked images outside the run's subset")
         whole.append(rows[~split])

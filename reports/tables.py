@@ -19,6 +19,7 @@ from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
 from attackaudit.fidelity.yardstick_verdicts import annotate, manifest_settings, standing
+from attackaudit.results.schema import with_twin_columns
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
 
@@ -41,6 +42,7 @@ class Curve:
     optimality: dict[tuple[str, str], float]
     exact: np.ndarray | None = None                      # exact reference distances (own samples)
     exact_unsolved: int = 0
+    is_twin: bool = False                                # a metamorphic twin's (the same network as its model's)
 
 
 @dataclass
@@ -119,15 +121,16 @@ def _one_line(text: object, limit: int = 300) -> str:
 
 # ------------------------------------------------------------------------------------ helpers
 def sample_distances(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, norm, implementation, version, sample): best distance (NaN → inf), last row wins."""
-    t = table.copy()
+    """Per (model, norm, implementation, version, sample): best distance (NaN → inf) and the model's
+    ``twin`` kind, last row wins."""
+    t = with_twin_columns(table.copy())
     if "implementation" not in t.columns:
         t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
     for col in ("implementation", "library_version", "model", "norm"):
         t[col] = t[col].fillna("").astype(str)
     t["best_distance"] = pd.to_numeric(t["best_distance"], errors="coerce").astype(float).fillna(np.inf)
     keys = ["model", "norm", "implementation", "library_version", "sample"]
-    return t.drop_duplicates(keys, keep="last")[keys + ["best_distance"]]
+    return t.drop_duplicates(keys, keep="last")[keys + ["best_distance", "twin"]]
 
 
 def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: pd.DataFrame | None) -> list[Curve]:
@@ -140,6 +143,7 @@ def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: p
            for r in local.itertuples(index=False)}
     out = []
     by_model_norm = dict(tuple(dist.groupby(["model", "norm"], sort=False)))
+    kinds = dict(zip(dist["model"], dist["twin"]))
     for (model, norm), e in env.groupby(["model", "norm"], sort=True):
         e = e.sort_values("sample")
         samples = e["sample"].to_numpy()
@@ -157,7 +161,8 @@ def _curves(dist: pd.DataFrame, env: pd.DataFrame, local: pd.DataFrame, exact: p
                 exact_d = r["reference"].to_numpy(dtype=float)
                 unsolved = int(r["unsolved"].sum())
         out.append(Curve(model, norm, samples, d_star, by_impl,
-                         {k: opt.get((model, norm, *k), float("nan")) for k in by_impl}, exact_d, unsolved))
+                         {k: opt.get((model, norm, *k), float("nan")) for k in by_impl}, exact_d, unsolved,
+                         bool(kinds.get(model, ""))))
     return out
 
 
@@ -238,8 +243,9 @@ def _summary(table: pd.DataFrame, manifests: list[dict], runs: list[Path], board
              flags_df: pd.DataFrame, crashes: pd.DataFrame) -> tuple[dict, list[str]]:
     notes = []
     models = sorted(table["model"].astype(str).unique())
-    real = [m for m in models if "~" not in m]
-    twins = [m for m in models if "~" in m]
+    kinds = dict(zip(table["model"].astype(str), table["twin"].astype(str)))
+    real = [m for m in models if not kinds[m]]
+    twins = [m for m in models if kinds[m]]
     versions: dict[str, list[str]] = {}
     for lib, ver in table[["library", "library_version"]].astype(str).drop_duplicates().itertuples(index=False):
         versions.setdefault(lib, []).append(ver)
@@ -342,7 +348,9 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         raise InputError("the result table is empty: nothing to report")
     if "implementation" not in table.columns:
         table = table.assign(implementation=table["library"].astype(str) + "/" + table["attack"].astype(str))
-    for col in ("implementation", "library_version", "library", "attack", "family", "model", "norm"):
+    table = with_twin_columns(table)  # a table made before the twin columns: its model names read once
+    for col in ("implementation", "library_version", "library", "attack", "family", "model", "norm", "base_model",
+                "twin"):
         if col in table.columns:
             table[col] = table[col].fillna("").astype(str)
     notes: list[str] = []

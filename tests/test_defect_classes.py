@@ -30,6 +30,7 @@ def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataF
     from attackaudit.run.job import Job, job_rows as run_job
     from attackaudit.run.worker import job_companions, job_targets
     from attackaudit.sources.data import load_subset
+    from attackaudit.results.schema import parse_model_name
     from attackaudit.sources.twins import has_job
     from attackaudit.sources.zoo import load_model
 
@@ -39,7 +40,7 @@ def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataF
     frames = []
     for key in keys:
         spec, version = specs[key]
-        for model in (m for m in models if has_job(m, spec)):
+        for model in (m for m in models if has_job(parse_model_name(m), spec)):
             job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
             scaled = spec if spec.library == "defects" else spec.scaled(SCALE)
             frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10),
@@ -196,18 +197,20 @@ def test_batch_twin_catches_batch_wide_steps_and_stops_on_every_image(batch):
 def test_batch_twin_companions_are_the_datasets_next_images():
     from attackaudit.run.job import Job
     from attackaudit.run.worker import job_companions
+    from attackaudit.results.schema import parse_model_name
     from attackaudit.sources import twins
     from attackaudit.sources.data import load_subset, random_targets
 
-    assert twins.companions("digits-mlp~batch", 16, 360) == 8
-    assert twins.companions("digits-mlp~batch", 15, 360) == 8      # half, rounded up
-    assert twins.companions("digits-mlp~batch", 356, 360) == 4     # what the dataset has left
-    assert twins.companions("digits-mlp~batch", 360, 360) == 0     # none: half batches instead
-    assert twins.companions("digits-mlp~batch", 16, None) == 0
-    assert twins.companions("digits-mlp", 16, 360) == twins.companions("digits-mlp~split", 16, 360) == 0
-    assert twins.batch_size("digits-mlp~batch", 0, 16, companions=8) == 0      # one call
-    assert twins.batch_size("digits-mlp~batch", 0, 16) == 8                    # two half batches
-    assert twins.batch_size("digits-mlp~batch", 4, 16, companions=8) == 4      # the user's batches
+    assert twins.companions(parse_model_name("digits-mlp~batch"), 16, 360) == 8
+    assert twins.companions(parse_model_name("digits-mlp~batch"), 15, 360) == 8      # half, rounded up
+    assert twins.companions(parse_model_name("digits-mlp~batch"), 356, 360) == 4     # what the dataset has left
+    assert twins.companions(parse_model_name("digits-mlp~batch"), 360, 360) == 0     # none: half batches instead
+    assert twins.companions(parse_model_name("digits-mlp~batch"), 16, None) == 0
+    assert twins.companions(parse_model_name("digits-mlp"), 16, 360) == 0
+    assert twins.companions(parse_model_name("digits-mlp~split"), 16, 360) == 0
+    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16, companions=8) == 0      # one call
+    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16) == 8                    # two half batches
+    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 4, 16, companions=8) == 4      # the user's batches
     job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=True)
     comp = job_companions(job, 10)
     wide = load_subset("digits", 18, 0)

@@ -174,6 +174,7 @@ def _run(keys: list[str], models: list[str], targeted: bool) -> pd.DataFrame:
     from attackaudit.adapters import catalogue
     from attackaudit.sources.data import load_subset
     from attackaudit.run.job import Job, job_rows as run_job
+    from attackaudit.results.schema import parse_model_name
     from attackaudit.sources.twins import has_job
     from attackaudit.run.worker import job_targets
     from attackaudit.sources.zoo import load_model
@@ -184,7 +185,7 @@ def _run(keys: list[str], models: list[str], targeted: bool) -> pd.DataFrame:
     frames = []
     for key in keys:
         spec, version = specs[key]
-        for model in (m for m in models if has_job(m, spec)):
+        for model in (m for m in models if has_job(parse_model_name(m), spec)):
             job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
             scaled = spec if spec.library == "defects" else spec.scaled(SCALE)
             frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10)))

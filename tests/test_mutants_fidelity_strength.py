@@ -160,9 +160,16 @@ def test_prepare_refuses_mixed_targeted_rows():
 
 
 def test_twin_names():
-    assert tbl.is_twin("m~shift") and not tbl.is_twin("m")
-    assert tbl.base_of("m~shift~x") == "m" and tbl.base_of("m") == "m"
-    assert tbl.twin_kind("m~perm") == "perm" and tbl.twin_kind("m~a~b") == "a~b" and tbl.twin_kind("m") == ""
+    from attackaudit.results.schema import Twin, parse_model_name
+
+    assert parse_model_name("m~shift") == Twin("m", "shift") and parse_model_name("m") == Twin("m")
+    assert parse_model_name("m~x~perm") == Twin("m~x", "perm") and Twin("m", "seed").name == "m~seed"
+    # a "~" that does not end the name in a twin kind is part of it (a path: torchvision:r:~/w.pt)
+    assert parse_model_name("m~a~b") == Twin("m~a~b") and parse_model_name("t:~/w.pt") == Twin("t:~/w.pt")
+    prepared = tbl.prepare(synthetic.table(job_rows("m~perm", "lib/a", "l2", [1.0]),
+                                           job_rows("m", "lib/a", "l2", [1.0])))
+    assert tbl.is_twin(prepared).tolist() == [True, False] and tbl.twins_of(prepared) == {
+        "m~perm": ("m", "perm"), "m": ("m", "")}
     t = pd.DataFrame({"model": ["a", "a~shift", "b"], "v": [1, 2, 3]})
     assert tbl.without_twins(t)["v"].tolist() == [1, 3]
     empty = pd.DataFrame(columns=["model"])
@@ -794,15 +801,15 @@ def test_true_optimality_leaves_out_targeted_rows():
 
 def test_true_optimality_twins_use_their_base_models_exact_rows():
     t = synthetic.table(job_rows("m~shift", "lib/a", "l2", [1.0, 1.79995, 3.0, 0.0, 5.0]),
-                        job_rows("m~a~b", "lib/a", "l2", [1.0, 1.79995, 3.0, 0.0, 5.0]),
+                        job_rows("m~split", "lib/a", "l2", [1.0, 1.79995, 3.0, 0.0, 5.0]),
                         job_rows("m~perm", "lib/a", "l2", [1.0, 1.79995, 3.0, 0.0, 5.0]),
                         job_rows("q", "lib/a", "l2", [1.0] * 5))
     perm = _exact([(0, "optimal", 2.0, 2.0), (1, "optimal", 4.0, 4.0)], model="m~perm")
     out = true_optimality.true_optimality(t, pd.concat([_exact(EXACT_ROWS), perm], ignore_index=True))
     rows = out[out["implementation"] == "lib/a"].set_index("model")
-    assert sorted(rows.index) == ["m~a~b", "m~perm", "m~shift"]
+    assert sorted(rows.index) == ["m~perm", "m~shift", "m~split"]
     assert rows.loc["m~shift", "true_optimality"] == pytest.approx(6.20005 / 6.7)
-    assert rows.loc["m~a~b", "samples"] == 5
+    assert rows.loc["m~split", "samples"] == 5
     # m~perm has exact rows of its own: ε₀ 4, Σ = 2 + 0; it gains 3 + 2.20005 → clipped at 1
     assert rows.loc["m~perm", "samples"] == 2 and rows.loc["m~perm", "eps0_exact"] == 4.0
     assert rows.loc["m~perm", "true_optimality"] == 1.0

@@ -18,7 +18,7 @@ from attackaudit.reports.answer_html import _ci
 from attackaudit.reports.first_screen import ScreenRow
 from attackaudit.reports.formats import counted, f_ci
 from attackaudit.reports.text import ran_line
-from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, RUN_TWIN_SUFFIXES
+from attackaudit.results.schema import TWIN_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,8 +35,8 @@ def test_the_readme_says_what_make_install_installs_and_weighs():
 def test_run_help_names_every_twin():
     sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     text = " ".join(sub.choices["run"].format_help().split())
-    for suffix in MODEL_TWIN_SUFFIXES + RUN_TWIN_SUFFIXES:
-        assert suffix in text, suffix
+    for kind in TWIN_KINDS:
+        assert f"~{kind}" in text, kind
 
 
 def test_counts_agree_with_their_nouns():

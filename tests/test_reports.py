@@ -472,8 +472,8 @@ def test_every_flag_and_column_the_fidelity_tables_hold_is_explained():
     assert {c.key for c in T.PAIR_COLS} - {"verdict"} <= set(PAIR_COLUMNS)
     assert {"answer", "estimate", "images_to_decide"} <= {c.key for c in T.PAIR_COLS}
     assert {c.key for c in T.DIFF_COLS} <= set(DIFF_COLUMNS) and {"answer", "identical"} <= {c.key for c in T.DIFF_COLS}
-    assert {"~perm", "~shift", "~split"} <= {s for suffixes in TWIN_FLAGS.values() for s in suffixes}
-    assert all("~seed" in suffixes for suffixes in TWIN_FLAGS.values())
+    assert {"perm", "shift", "split"} <= {s for kinds in TWIN_FLAGS.values() for s in kinds}
+    assert all("seed" in kinds for kinds in TWIN_FLAGS.values())
     # silent_failure also covers an attack that ran but broke none of what the others broke
     assert "broke none of the images" in FLAG_MEANINGS["silent_failure"]
 
@@ -485,13 +485,13 @@ def test_a_split_twin_on_the_first_images_merges_and_one_outside_does_not():
 
     from attackaudit.reports.run_files import _check_mergeable
 
-    def rows(model, samples, subset):
+    def rows(model, samples, subset, twin=""):  # load_run's rows: the twin column beside the name
         return pd.DataFrame({"model": model, "sample": samples, "subset_hash": subset, "budget": 2000,
-                             "targeted": False})
+                             "targeted": False, "twin": twin})
 
-    run = pd.concat([rows("m", range(16), "h16"), rows("m~split", range(4), "h4")])
+    run = pd.concat([rows("m", range(16), "h16"), rows("m~split", range(4), "h4", "split")])
     _check_mergeable([Path("r")], [run])
-    outside = pd.concat([rows("m", range(16), "h16"), rows("m~split", [3, 99], "hx")])
+    outside = pd.concat([rows("m", range(16), "h16"), rows("m~split", [3, 99], "hx", "split")])
     with pytest.raises(ValueError, match="outside the run's subset"):
         _check_mergeable([Path("r")], [outside])
     other = pd.concat([rows("m", range(16), "h16"), rows("n", range(16), "other")])

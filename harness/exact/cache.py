@@ -141,9 +141,11 @@ def store(rows: list[dict]) -> None:
 def load_network(model: str, dataset: str):
     """A zoo model by name; other model sources (``module:file.py:fn`` …) through
     ``attackaudit.sources.models``."""
-    from attackaudit.sources.zoo import SHIFT_SUFFIX, ZOO, load_model
+    from attackaudit.results.schema import SHIFT, parse_model_name
+    from attackaudit.sources.zoo import ZOO, load_model
 
-    if model.removesuffix(SHIFT_SUFFIX) in ZOO:
+    twin = parse_model_name(model)
+    if twin.kind in ("", SHIFT) and twin.base_model in ZOO:
         return load_model(model)
     try:
         from attackaudit.sources.models import load_model_source

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from attackaudit.results.schema import parse_model_name
+
 #: zoo models small enough for exact minima in every run (ReLU MLPs on the embedded digits)
 EXACT_MODELS = ("digits-mlp-tiny", "digits-mlp")
 #: cheap first: the order the solver spends the budget in
@@ -31,9 +33,7 @@ RUN_BUDGET_S = 300.0
 
 def base_model(model: str) -> str:
     """The model a (twin) name stands for: ``digits-mlp~shift`` → ``digits-mlp``."""
-    from attackaudit.sources.zoo import twin_of
-
-    return model.removesuffix(twin_of(model))
+    return parse_model_name(model).base_model
 
 
 def admitted(models: list[str], dataset: str) -> list[str]:
@@ -50,7 +50,7 @@ def run_pairs(config, plan) -> list[tuple[str, str]]:
     if not getattr(config, "exact", True) or config.targeted:
         return []
     models = admitted(list(config.models), config.dataset)
-    norms = {(base_model(j.model), plan.specs.get(j.spec_key, {}).get("norm")) for j in plan.jobs}
+    norms = {(j.twin.base_model, plan.specs.get(j.spec_key, {}).get("norm")) for j in plan.jobs}
     return [(m, n) for m in models for n in NORM_ORDER if (m, n) in norms]
 
 

@@ -140,7 +140,8 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 def validate(config: RunConfig) -> None:
     # imported here: the zoo imports torch, and RunConfig's defaults are read by `--help`, which
     # stays torch-free
-    from attackaudit.sources.zoo import ZOO, twin_of
+    from attackaudit.results.schema import parse_model_name
+    from attackaudit.sources.zoo import ZOO
 
     if not config.out:
         raise ConfigError("--out DIR is required: the directory the run's results go to")
@@ -148,8 +149,9 @@ def validate(config: RunConfig) -> None:
     from attackaudit.sources.models import ModelSourceError, normalize_threat_model, parse_model_source
 
     for model in config.models:
-        if model.removesuffix(twin_of(model)) not in ZOO and ":" not in model:
-            near = difflib.get_close_matches(model.removesuffix(twin_of(model)).lower(), sorted(ZOO), n=3, cutoff=0.6)
+        base = parse_model_name(model).base_model
+        if base not in ZOO and ":" not in model:
+            near = difflib.get_close_matches(base.lower(), sorted(ZOO), n=3, cutoff=0.6)
             raise ConfigError(f"unknown model {model!r}" + (f" (nearest: {', '.join(near)})" if near else "")
                               + "; `attackaudit models` lists the zoo")
         try:

@@ -23,11 +23,10 @@ from attackaudit.run.config import ConfigError, RunConfig
 from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
 from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
-from attackaudit.results.schema import HARNESS_ERROR
+from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, parse_model_name
 from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
                                       write_manifest)
 from attackaudit.sources.twins import has_job, is_randomised, run_twin_models, twin_samples
-from attackaudit.sources.zoo import MODEL_TWIN_SUFFIXES, twin_of
 
 if TYPE_CHECKING:
     from attackaudit.adapters import AttackSpec
@@ -69,10 +68,10 @@ def _criterion_skip(spec: AttackSpec, targeted: bool) -> tuple[str, str]:
     return "", ""
 
 
-def _job(config: RunConfig, model: str, spec: AttackSpec, plugin_ref: str) -> Job:
+def _job(config: RunConfig, model: Twin, spec: AttackSpec, plugin_ref: str) -> Job:
     """The job of ``spec`` on ``model``; ``plugin_ref``: the ``--plugin`` file that defines the
     spec (``PluginSource.ref``, pinned to its content) or "" for a built-in or entry-point spec."""
-    return Job(run=config.name, model=model, spec_key=spec.key, dataset=config.dataset,
+    return Job(run=config.name, model=model.name, twin=model, spec_key=spec.key, dataset=config.dataset,
                samples=twin_samples(model, config.samples, config.split_samples),
                seed=config.seed, budget=config.budget, targeted=config.targeted, device=config.device,
                batch_size=config.batch_size, plugins=(plugin_ref,) if plugin_ref else (),
@@ -143,10 +142,10 @@ def plan(config: RunConfig) -> Plan:
     subset = load_subset(config.dataset, config.samples, config.seed)
     size_note = samples_note(config.samples, len(subset))
     config.samples = len(subset)  # what the jobs attack, their ids and the manifest say: all of the dataset
-    models = list(config.models)
+    models = [parse_model_name(m) for m in config.models]  # the model names as typed twins, once
     if config.metamorphic:  # the model twins on every model, the run twins on the first one
-        model_twins = [m + s for s in MODEL_TWIN_SUFFIXES for m in config.models if not twin_of(m)]
-        models += [m for m in model_twins + run_twin_models(config.models) if m not in models]
+        model_twins = [m.of(kind) for kind in MODEL_TWINS for m in models if not m.is_twin]
+        models += [m for m in model_twins + run_twin_models(models) if m not in models]
     jobs, skipped, unavailable, versions, specs = [], [], [], {}, {}
     left_out: dict[tuple[str, str], list[str]] = {}  # (plugin file, why) -> its attacks not run
     for entry in entries:
@@ -324,7 +323,7 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
     def on_done(job: Job, result: dict[str, str]) -> None:
         results.append(result)
         bar.update(1)
-        bar.set_postfix_str(f"{model_label(job.model, config.model_names)} {job.spec_key} {result.get('status')}",
+        bar.set_postfix_str(f"{model_label(job.twin, config.model_names)} {job.spec_key} {result.get('status')}",
                             refresh=False)
 
     sample_bars = SampleBars(enabled=not config.quiet and sys.stderr.isatty(), names=config.model_names)
@@ -366,7 +365,7 @@ class SampleBars:
             self.jobs[slot] = job.job_id
             bar.reset(total=total)
         bar.n = done
-        bar.set_description_str(f"  worker {slot + 1}: {model_label(job.model, self.names)} {job.spec_key}",
+        bar.set_description_str(f"  worker {slot + 1}: {model_label(job.twin, self.names)} {job.spec_key}",
                                 refresh=False)
         bar.set_postfix_str(f"batch budget {used:.0%}", refresh=False)
         bar.refresh()

@@ -107,7 +107,8 @@ def check_models(config, subset) -> dict[str, dict]:
     Raises ModelSourceError / ModelCheckError (one line) when a model cannot be loaded or used.
     """
     from attackaudit.sources.models import load_model_source
-    from attackaudit.sources.zoo import PERM_SUFFIX, perm_twin_classes
+    from attackaudit.results.schema import PERM, parse_model_name
+    from attackaudit.sources.zoo import perm_twin_classes
 
     results: dict[str, dict] = {}
     for source in config.models:
@@ -115,7 +116,7 @@ def check_models(config, subset) -> dict[str, dict]:
                                   threat_model=config.threat_model, allow_download=config.allow_download,
                                   trust_checkpoint=config.trust_checkpoint, device=config.device)
         labels = subset.labels
-        if source.endswith(PERM_SUFFIX):  # the twin answers in permuted classes (as job.py maps them)
+        if parse_model_name(source).kind == PERM:  # the twin answers in permuted classes (as job.py maps them)
             labels, _ = perm_twin_classes(model, subset.inputs.to(config.device), labels.to(config.device), None)
         results[source] = check_model(model, subset.inputs, labels, batch_size=config.batch_size,
                                       device=config.device, name=source, warn=False)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from attackaudit.sources.checkpoints import ModelSourceError
 from attackaudit.sources.normalization import is_norm_option
-from attackaudit.sources.zoo import PERM_SUFFIX, RUN_TWIN_SUFFIXES, SHIFT_SUFFIX
+from attackaudit.results.schema import PERM, SHIFT, parse_model_name
 
 KINDS = ("zoo", "robustbench", "torchvision", "timm", "module")
 RB_DATASETS = ("cifar10", "cifar100", "imagenet")
@@ -38,23 +38,21 @@ def parse_model_source(text: str) -> ModelSource:
         raise ModelSourceError("empty model source; use a zoo name, robustbench:ID, torchvision:ARCH:WEIGHTS, "
                                "timm:ARCH:WEIGHTS or module:MOD:CALLABLE")
     full = text.strip()
-    run_twin = next((sfx for sfx in RUN_TWIN_SUFFIXES if full.endswith(sfx)), "")
-    if run_twin:  # the seed and batch-split twins load the model itself
-        return dataclasses.replace(parse_model_source(full.removesuffix(run_twin)), text=full)
-    shift = full.endswith(SHIFT_SUFFIX)
-    if full.endswith(PERM_SUFFIX):  # a twin of its own kind: same fields, perm set instead
-        return dataclasses.replace(parse_model_source(full.removesuffix(PERM_SUFFIX)), text=full, perm=True)
-    body = full[: -len(SHIFT_SUFFIX)] if shift else full
-    kind, sep, rest = body.partition(":")
+    twin = parse_model_name(full)
+    if twin.is_twin:  # the base model's source; the run twins load the model itself
+        base = parse_model_source(twin.base_model)
+        return dataclasses.replace(base, text=full, shift=base.shift or twin.kind == SHIFT,
+                                   perm=base.perm or twin.kind == PERM)
+    kind, sep, rest = full.partition(":")
     if not sep:
-        return ModelSource(full, "zoo", body, shift=shift)
+        return ModelSource(full, "zoo", full)
     if kind not in KINDS:
         raise ModelSourceError(f"unknown model source kind {kind!r} in {full!r}; use zoo:, robustbench:, "
                                "torchvision:, timm: or module:")
     if kind == "zoo":
         if not rest or ":" in rest:
             raise ModelSourceError(f"model source {full!r}: expected zoo:NAME")
-        return ModelSource(full, "zoo", rest, shift=shift)
+        return ModelSource(full, "zoo", rest)
     if kind == "robustbench":
         parts = rest.split("/")
         if not rest or ":" in rest or len(parts) > 3 or any(not p for p in parts):
@@ -65,13 +63,13 @@ def parse_model_source(text: str) -> ModelSource:
             dataset = _rb_dataset(parts[0], full)
         if len(parts) >= 2:
             threat = _rb_threat(parts[-2], full)
-        return ModelSource(full, kind, parts[-1], dataset=dataset, threat_model=threat, shift=shift)
+        return ModelSource(full, kind, parts[-1], dataset=dataset, threat_model=threat)
     if kind == "module":
         mod, sep2, fn = rest.rpartition(":")
         if not sep2 or not mod or not fn or not fn.replace(".", "_").isidentifier():
             raise ModelSourceError(f"model source {full!r}: expected module:pkg.mod:CALLABLE or "
                                    "module:path/to/file.py:CALLABLE")
-        return ModelSource(full, kind, fn, mod, shift=shift)
+        return ModelSource(full, kind, fn, mod)
     # torchvision / timm
     parts = rest.split(":")
     norm = ""
@@ -80,7 +78,7 @@ def parse_model_source(text: str) -> ModelSource:
     if len(parts) < 2 or not parts[0] or not all(parts[1:]):
         raise ModelSourceError(f"model source {full!r}: expected {kind}:ARCH:WEIGHTS[:NORM] with a local "
                                "weights file")
-    return ModelSource(full, kind, parts[0], ":".join(parts[1:]), norm, shift=shift)
+    return ModelSource(full, kind, parts[0], ":".join(parts[1:]), norm)
 
 
 

@@ -61,7 +61,8 @@ from attackaudit.sources.model_source import (KINDS, LoadOptions, ModelSource, n
 from attackaudit.sources.normalization import IMAGENET_MEAN, IMAGENET_STD, NORM_PRESETS, Normalized, norm_values
 from attackaudit.sources.robustbench_models import (BUILTIN_ROBUSTBENCH, DEFAULT_MODEL_DIR, load_robustbench,
                                                     robustbench_path)
-from attackaudit.sources.zoo import PERM_SUFFIX, SHIFT_SUFFIX, ZOO, LogitPermutation, LogitShift
+from attackaudit.results.schema import PERM, SHIFT, Twin
+from attackaudit.sources.zoo import ZOO, LogitPermutation, LogitShift
 
 
 def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digits", threat_model: str = "",
@@ -73,7 +74,7 @@ def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digit
     if src.kind == "zoo":
         from attackaudit.sources.zoo import load_model
 
-        name = src.name + (SHIFT_SUFFIX if src.shift else PERM_SUFFIX if src.perm else "")
+        name = Twin(src.name, SHIFT if src.shift else PERM if src.perm else "").name
         if src.name not in ZOO:
             raise ModelSourceError(f"unknown model {src.name!r}; the zoo has {', '.join(ZOO)}")
         try:

@@ -32,7 +32,7 @@ import math
 import torch
 
 from attackaudit.measure.criterion import Targeted
-from attackaudit.sources.zoo import BATCH_SUFFIX, RUN_TWIN_SUFFIXES, SEED_SUFFIX, SPLIT_SUFFIX, twin_of
+from attackaudit.results.schema import BATCH, RUN_TWINS, SEED, SPLIT, Twin
 
 #: the seed twin's global seed and ``seed`` parameter are the job's plus this
 SEED_OFFSET = 1
@@ -79,31 +79,25 @@ def needs_seed_twin(spec) -> bool:
             or spec.library not in BUILTIN_LIBRARY_NAMES)
 
 
-def run_twin(model: str) -> str:
-    """``"~seed"`` or ``"~split"`` when ``model`` is a run twin, else ""."""
-    suffix = twin_of(model)
-    return suffix if suffix in RUN_TWIN_SUFFIXES else ""
+def run_twin_models(models: list[Twin]) -> list[Twin]:
+    """What ``--metamorphic`` adds for the run twins: all three, on the first real model."""
+    real = [m for m in models if not m.is_twin]
+    return [real[0].of(kind) for kind in RUN_TWINS] if real else []
 
 
-def run_twin_models(models: list[str]) -> list[str]:
-    """What ``--metamorphic`` adds for the run twins: both, on the first real model."""
-    real = [m for m in models if not twin_of(m)]
-    return [real[0] + suffix for suffix in RUN_TWIN_SUFFIXES] if real else []
-
-
-def has_job(model: str, spec) -> bool:
+def has_job(model: Twin, spec) -> bool:
     """Whether the grid holds a job for ``spec`` on ``model``: a seed twin only where ``needs_seed_twin``."""
-    return run_twin(model) != SEED_SUFFIX or needs_seed_twin(spec)
+    return model.kind != SEED or needs_seed_twin(spec)
 
 
-def attack_seed(model: str, seed: int) -> int:
+def attack_seed(model: Twin, seed: int) -> int:
     """The global RNG seed of the attack of a job on ``model`` whose run seed is ``seed``."""
-    return seed + SEED_OFFSET if run_twin(model) == SEED_SUFFIX else seed
+    return seed + SEED_OFFSET if model.kind == SEED else seed
 
 
-def twin_spec(spec, model: str):
+def twin_spec(spec, model: Twin):
     """``spec`` as the job on ``model`` runs it: the seed twin moves a ``seed`` parameter too."""
-    if run_twin(model) == SEED_SUFFIX and isinstance(spec.params.get("seed"), int):
+    if model.kind == SEED and isinstance(spec.params.get("seed"), int):
         return spec.with_params(seed=spec.params["seed"] + SEED_OFFSET)
     return spec
 
@@ -114,11 +108,11 @@ def twin_spec(spec, model: str):
 COMPANION_SHARE = 0.5
 
 
-def companions(model: str, samples: int, available: int | None) -> int:
+def companions(model: Twin, samples: int, available: int | None) -> int:
     """Images the batch-composition twin adds to a job of ``samples`` images on ``model`` (the
     dataset's next ones in the subset's order: subsets nest); ``available``: the dataset's images
     (None: unknown). 0 on every other model, and where the dataset has none left."""
-    if run_twin(model) != BATCH_SUFFIX or not available:
+    if model.kind != BATCH or not available:
         return 0
     return max(0, min(math.ceil(samples * COMPANION_SHARE), available - samples))
 
@@ -137,26 +131,25 @@ def already_adversarial(labels: torch.Tensor, criterion, predicted: int, num_cla
     return labels, criterion
 
 
-def batch_size(model: str, requested: int, samples: int = 0, companions: int = 0) -> int:
+def batch_size(model: Twin, requested: int, samples: int = 0, companions: int = 0) -> int:
     """Samples per attack call of a job on ``model`` (``requested``: ``--batch-size``, 0 = all;
     ``samples``: the job's images, for the batch-composition twin's half batches when it has no
     ``companions``)."""
-    twin = run_twin(model)
-    if twin == SPLIT_SUFFIX:
+    if model.kind == SPLIT:
         return 1
-    if twin == BATCH_SUFFIX and not companions:
+    if model.kind == BATCH and not companions:
         whole = requested if 0 < requested < samples or not samples else samples
         return max(1, (whole + 1) // 2) if whole else 0
     return requested
 
 
-def arrangement(model: str, n: int) -> torch.Tensor | None:
+def arrangement(model: Twin, n: int) -> torch.Tensor | None:
     """The order in which a job on ``model`` hands its ``n`` images to the attack: reversed on the
     batch-composition twin (None elsewhere: the subset's order)."""
-    return torch.arange(n - 1, -1, -1) if run_twin(model) == BATCH_SUFFIX else None
+    return torch.arange(n - 1, -1, -1) if model.kind == BATCH else None
 
 
-def twin_samples(model: str, samples: int, split_samples: int) -> int:
+def twin_samples(model: Twin, samples: int, split_samples: int) -> int:
     """Images of a job on ``model``: the batch-split twin may run on the first ``split_samples``
     (0 = all; subsets nest, so they are the base model's first images)."""
-    return min(samples, split_samples) if run_twin(model) == SPLIT_SUFFIX and split_samples > 0 else samples
+    return min(samples, split_samples) if model.kind == SPLIT and split_samples > 0 else samples

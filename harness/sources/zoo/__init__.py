@@ -13,30 +13,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from attackaudit.results.schema import MODEL_TWINS, PERM, SHIFT, Twin, parse_model_name
 from attackaudit.sources.zoo.architectures import ARCHITECTURES
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
-#: suffix of a model's metamorphic twin: same logits minus their log-sum-exp (log-softmax)
-SHIFT_SUFFIX = "~shift"
-#: suffix of a model's class-permutation twin: logits permuted by ``class_permutation``, labels
-#: and targets mapped by it (``permute_classes``); a correct attack gives the same distances
-PERM_SUFFIX = "~perm"
-#: suffix of the seed twin: the same model and samples, the attack run with another seed (its
-#: global RNG seed and its own ``seed`` parameter, if any); only for randomised attacks
-#: (``attackaudit.sources.twins``). Its spread against the base model is the attack's own noise floor
-SEED_SUFFIX = "~seed"
-#: suffix of the batch-split twin: the same model and samples, the attack called on one sample at
-#: a time; a sound attack's result for a sample does not depend on the rest of the batch
-SPLIT_SUFFIX = "~split"
-#: suffix of the batch-composition twin: the same model and samples in another batch arrangement
-#: (the order reversed, in batches of half the size): one job, on every image
-BATCH_SUFFIX = "~batch"
-#: twins of the model itself, added on every model by ``--metamorphic``
-MODEL_TWIN_SUFFIXES = (SHIFT_SUFFIX, PERM_SUFFIX)
-#: twins of the way the attack is run (same network), added on one model by ``--metamorphic``
-RUN_TWIN_SUFFIXES = (SEED_SUFFIX, SPLIT_SUFFIX, BATCH_SUFFIX)
-#: every twin suffix, in the order ``--metamorphic`` adds them
-TWIN_SUFFIXES = MODEL_TWIN_SUFFIXES + RUN_TWIN_SUFFIXES
 
 
 @dataclass(frozen=True)
@@ -121,14 +101,9 @@ class LogitPermutation(nn.Module):
         return logits[:, inverse]
 
 
-def twin_of(name: str) -> str:
-    """The twin suffix ``name`` ends in ("" for a plain model)."""
-    return next((s for s in TWIN_SUFFIXES if name.endswith(s)), "")
-
-
 def model_names(include_twins: bool = False) -> list[str]:
     names = list(ZOO)
-    return names + [n + s for s in MODEL_TWIN_SUFFIXES for n in names] if include_twins else names
+    return names + [Twin(n, k).name for k in MODEL_TWINS for n in names] if include_twins else names
 
 
 @lru_cache(maxsize=1)
@@ -141,7 +116,8 @@ def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
     """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin, ``NAME~perm`` its
     class-permutation twin; ``NAME~seed``, ``NAME~split`` and ``NAME~batch`` are the model itself (those twins
     change how the job runs the attack, not the network)."""
-    base = name.removesuffix(twin_of(name))
+    twin = parse_model_name(name)
+    base = twin.base_model
     if base not in ZOO:
         raise KeyError(f"unknown model {name!r}; the zoo has {', '.join(ZOO)}")
     entry = ZOO[base]
@@ -150,8 +126,8 @@ def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
     if not path.exists():
         raise FileNotFoundError(f"weights for {base} missing at {path}; run python -m attackaudit.sources.zoo.train")
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    if name.endswith(SHIFT_SUFFIX):
+    if twin.kind == SHIFT:
         model = LogitShift(model)
-    elif name.endswith(PERM_SUFFIX):
+    elif twin.kind == PERM:
         model = LogitPermutation(model)
     return model.to(device).eval()
