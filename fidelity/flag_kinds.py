@@ -10,6 +10,10 @@ flag as candidates; the report (HTML, Markdown, JSON, text), the notebook's ``Re
 
 A flag name this module does not know (a newer run read by an older report) is a defect: never
 trust what the code cannot name.
+
+``FLAG_KINDS`` is the registry: for every flag its meaning, its severity and the twins whose
+disagreement raises it (``fidelity/twins.py`` ``FLAG_OF`` is drawn from it); its order is the order
+every table lists flags in (``flags.FLAGS``).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import pandas as pd
+
+from attackaudit.results.schema import BATCH, PERM, SEED, SHIFT, SPLIT
 
 DEFECT = "defect"
 WEAKNESS = "weakness"
@@ -26,11 +32,13 @@ SEVERITY_WORD = {DEFECT: "flagged", WEAKNESS: "weaker"}
 
 @dataclass(frozen=True)
 class FlagKind:
-    """One flag: its name, its severity (``DEFECT`` or ``WEAKNESS``) and one sentence of meaning."""
+    """One flag: its name, its severity (``DEFECT`` or ``WEAKNESS``), one sentence of meaning, and
+    the twin kinds (``harness/results/schema.py``) whose disagreement with the model raises it."""
 
     name: str
     severity: str
     meaning: str
+    twins: tuple[str, ...] = ()
 
     @property
     def removes_trust(self) -> bool:
@@ -56,6 +64,9 @@ _MEANINGS: dict[str, tuple[str, str]] = {
                            "implementations found adversarials within that ε: no ε makes it stronger"),
     "batch_dependence": (DEFECT, "its result on an image changes when the image is attacked alone (the batch-split "
                                  "twin) beyond its own seed noise: it depends on the rest of the batch"),
+    "fallback_output": (DEFECT, "it returned a default output (the input, an all-zero or constant image, one output "
+                                "shared by several images) for images its own search never broke: those images "
+                                "count as failed"),
     "last_not_best": (DEFECT, "it returned a worse point than the best adversarial it had already found"),
     "nondeterminism": (DEFECT, "two seeded runs of the same config disagree"),
     "optimality_gap": (WEAKNESS, "a sibling of its family is shown different from it and closer (beyond ±5% per "
@@ -71,19 +82,39 @@ _MEANINGS: dict[str, tuple[str, str]] = {
                                      "of its family do at these settings, beyond their measured spread; a plugin, or "
                                      "a family with no sound implementation, meets its norm's yardstick: never "
                                      "trusted, sole implementation or not"),
-    "fallback_output": (DEFECT, "it returned a default output (the input, an all-zero or constant image, one output "
-                                "shared by several images) for images its own search never broke: those images "
-                                "count as failed"),
     "known_defect": (DEFECT, "this release's implementation has a defect traced in attackaudit's defect corpus "
                              "(fidelity/known_defects.json names the source line): never trusted"),
 }
-#: every flag, by name
-FLAG_KINDS: dict[str, FlagKind] = {name: FlagKind(name, sev, text) for name, (sev, text) in _MEANINGS.items()}
+#: the twins that raise a flag (fidelity/twins.py judges them); the seed twin raises none of its own:
+#: it is the noise floor every twin rule measures against
+_RAISED_BY: dict[str, tuple[str, ...]] = {"label_bug": (PERM,), "shift_sensitivity": (SHIFT,),
+                                          "batch_dependence": (SPLIT, BATCH)}
+#: the flags a job's failed status raises (its row status is the flag): the job could not run
+FAILURE_FLAGS = ("crash", "timeout", "invalid")
+#: flags a rule outside the flag's own module reads by name
+OPTIMALITY_GAP, BELOW_EXPECTED_STRENGTH = "optimality_gap", "below_expected_strength"
+#: every flag, by name, in the order every table lists them
+FLAG_KINDS: dict[str, FlagKind] = {name: FlagKind(name, sev, text, _RAISED_BY.get(name, ()))
+                                   for name, (sev, text) in _MEANINGS.items()}
 #: one sentence per flag, for readers who do not know the vocabulary
+assert {*FAILURE_FLAGS, OPTIMALITY_GAP, BELOW_EXPECTED_STRENGTH} <= set(FLAG_KINDS)  # a rename fails at import
 FLAG_MEANINGS: dict[str, str] = {name: kind.meaning for name, kind in FLAG_KINDS.items()}
 #: flags that say "weaker", not "wrong": they never remove a candidate (the tests decide) and an
 #: implementation carrying only these gets a weakness note
 WEAKNESS_FLAGS = frozenset(name for name, kind in FLAG_KINDS.items() if kind.severity == WEAKNESS)
+
+
+def flag_of_twin(twin: str) -> str | None:
+    """The flag a twin kind raises when a model and that twin disagree (None: the seed twin, the
+    noise floor, raises none)."""
+    return next((kind.name for kind in FLAG_KINDS.values() if twin in kind.twins), None)
+
+
+def evidence_twins(flag: str) -> tuple[str, ...]:
+    """The twins whose rows are a flag's evidence: those that raise it, and the seed twin (its
+    noise floor); () for a flag no twin raises."""
+    kind = FLAG_KINDS.get(str(flag))
+    return (*kind.twins, SEED) if kind is not None and kind.twins else ()
 
 
 def severity(flag: str) -> str:
@@ -142,4 +173,5 @@ def family_counts(flags_df: pd.DataFrame) -> dict[tuple[str, str], tuple[int, in
 
 
 __all__ = ["family_counts", "DEFECT", "WEAKNESS", "SEVERITY_WORD", "FlagKind", "FLAG_KINDS", "FLAG_MEANINGS", "WEAKNESS_FLAGS",
-           "severity", "is_defect", "defects", "weaknesses", "with_severity", "defect_rows", "standing"]
+           "severity", "is_defect", "defects", "weaknesses", "with_severity", "defect_rows", "standing",
+           "flag_of_twin", "evidence_twins", "FAILURE_FLAGS", "OPTIMALITY_GAP", "BELOW_EXPECTED_STRENGTH"]

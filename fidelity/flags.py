@@ -26,16 +26,15 @@ from .alignment import pairwise
 from .class_failure import class_findings
 from .defects import defect_findings
 from .equivalence import DELTA, benjamini_hochberg
+from .flag_kinds import FLAG_KINDS, OPTIMALITY_GAP
 from .stats import ALPHA
 from .twins import twin_findings
 from .strength import strength_flags
 from .known_defects import known_defect_findings
 from .yardstick import yardstick_findings
 
-FLAGS = ("crash", "timeout", "invalid", "label_bug", "silent_failure", "budget_overrun", "out_of_box",
-         "out_of_ball", "eps_unused", "batch_dependence", "fallback_output",  # defects.py
-         "last_not_best", "nondeterminism", "optimality_gap", "shift_sensitivity", "below_exact",
-         "below_expected_strength", "worse_than_yardstick", "known_defect")
+#: every flag, in the order tables list them: the registry's (flag_kinds.py ``FLAG_KINDS``)
+FLAGS = tuple(FLAG_KINDS)
 FLAG_COLUMNS = ["model", "library", "library_version", "attack", "implementation", "family", "norm",
                 "flag", "evidence"]
 
@@ -304,7 +303,7 @@ def _optimality_gap(t: pd.DataFrame) -> list[dict]:
             wins_w, wins_b = (r.wins_a, r.wins_b) if worse[0] == r.implementation_a else (r.wins_b, r.wins_a)
             fail_w, fail_b = (r.fail_a, r.fail_b) if worse[0] == r.implementation_a else (r.fail_b, r.fail_a)
             out.append({"model": model, "norm": norm, "implementation": worse[0], "library_version": worse[1],
-                        "flag": "optimality_gap", "evidence": (
+                        "flag": OPTIMALITY_GAP, "evidence": (
                             f"optimality against its family's envelope {xi_w:.3f} vs {xi_b:.3f} for {better[0]} "
                             f"{better[1]}".rstrip()
                             + f"; failure rates {fail_w:.0%} vs {fail_b:.0%}; on the {r.n_both} images both broke "

@@ -40,7 +40,7 @@ from .headline import SHARE_DELTA, SHARE_MARGIN, WEIGHTS
 from .evidence_text import shown_text
 from .sample_size import decision_text, images_to_decide
 from .flags import flagged
-from .flag_kinds import WEAKNESS_FLAGS  # the one definition of a weakness (flag_kinds.py)
+from .flag_kinds import BELOW_EXPECTED_STRENGTH, OPTIMALITY_GAP, WEAKNESS_FLAGS  # the registry (flag_kinds.py)
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
 from .class_failure import class_notes_of
@@ -249,7 +249,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     # candidates are ordered by ξ against their own family's envelope: no other family moves a pick
     own = family_optimality(real, eps_max)[["norm", *IMPL_KEY, "family_optimality"]]
     board = board.drop(columns=["family_optimality"], errors="ignore").merge(own, on=["norm", *IMPL_KEY], how="left")
-    strength = strength_findings(board[["norm", *IMPL_KEY, "family", "optimality", "n_models"]])
+    strength = strength_findings(board[["norm", *IMPL_KEY, "library", "family", "optimality", "n_models"]])
     best_of_norm = strength.drop_duplicates("norm").set_index("norm")
     by_norm = dict(tuple(long.groupby("norm", sort=False)))
     notes = label_notes(table)
@@ -306,7 +306,7 @@ def _none_trusted(family: str, norm: str, g: pd.DataFrame, ci: list, e: float | 
     """The "none" verdict of a family × norm whose every implementation is flagged: the best flagged
     one named, untrusted, with why."""
     top = g.iloc[0]
-    if is_strong(family, norm) and any("below_expected_strength" in f for f in g["flags"]):
+    if is_strong(family, norm) and any(BELOW_EXPECTED_STRENGTH in f for f in g["flags"]):
         note = (f"no implementation reaches the expected strength of {family} under {norm} here (AttackBench "
                 f"publishes {e:.3f}); use the best attack of {norm} instead: {best_norm}")
     else:
@@ -430,7 +430,7 @@ def _weak(g: pd.DataFrame, norm_best: pd.Series, excluded: set[int], top: int | 
         if i in excluded:
             why = (f"different from and worse than another unflagged implementation (ξ {xi:.3f}; the top pick "
                    f"{top_row['implementation']} has {float(top_row['optimality']):.3f})")
-        elif "optimality_gap" in r["flags"]:
+        elif OPTIMALITY_GAP in r["flags"]:
             why = f"weaker than the best of its family on some models (ξ {xi:.3f}; see its optimality_gap flags)"
         elif np.isfinite(xi) and xi < WEAK_FRACTION * float(norm_best["best_in_norm"]):
             why = (f"weak here (ξ {xi:.3f}, under half of the best attack of {r['norm']}, "

@@ -46,7 +46,9 @@ from scipy import stats as sps
 
 from typing import Iterable
 
-from attackaudit.results.schema import with_twin_columns
+from attackaudit.results.schema import BATCH, PERM, SHIFT, SPLIT, with_twin_columns
+
+from .flag_kinds import flag_of_twin
 
 from ._table import IMPL_KEY, is_twin, sample_list
 from .equivalence import benjamini_hochberg, log_ratios, signed_rank_p
@@ -70,8 +72,7 @@ RTOL = {"perm": 0.01, "shift": 0.05, "split": 0.01, "seed": 0.01, "batch": 0.01}
 #: one way (``one_way_p``; fidelity/README.md, "Null rates that hold at every n", on why ½ stays)
 NULL_RATE = {"perm": 0.07, "shift": 0.26, "split": 0.05, "batch": 0.05}
 #: the flag each kind raises, and the families a kind says nothing about
-FLAG_OF = {"perm": "label_bug", "shift": "shift_sensitivity", "split": "batch_dependence",
-           "batch": "batch_dependence"}
+FLAG_OF = {kind: flag for kind in (PERM, SHIFT, SPLIT, BATCH) if (flag := flag_of_twin(kind))}  # flag_kinds.py
 EXEMPT = {"perm": frozenset(), "shift": frozenset({"jsma"}), "split": frozenset(), "batch": frozenset()}
 MIN_IMAGES = {"perm": 2, "shift": 1, "split": 2, "batch": 2}
 #: batch and shift twins: an image whose best sits at an exact decision boundary on either side

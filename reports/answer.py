@@ -20,16 +20,12 @@ import numpy as np
 import pandas as pd
 
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
-from attackaudit.fidelity.flag_kinds import defects, weaknesses
-from attackaudit.results.schema import PERM, SEED, SHIFT, SPLIT, Twin
+from attackaudit.fidelity.flag_kinds import defects, evidence_twins, weaknesses
+from attackaudit.results.schema import SEED, Twin
 from .tables import Pair, ReportData
 
 #: the one-word verdicts an answer row can show, in the order a reader meets them
 VERDICTS = ("clear", "tied", "inconclusive", "only implementation", "none")
-#: flags whose evidence compares a model with its metamorphic twins: their rows show the model's,
-#: the twin's (``~perm`` renamed classes, ``~shift`` shifted logits, ``~split`` one image per call)
-#: and the seed twin's (``~seed``: another seed, the attack's own noise the difference is judged against)
-TWIN_FLAGS = {"label_bug": (PERM, SEED), "shift_sensitivity": (SHIFT, SEED), "batch_dependence": (SPLIT, SEED)}
 #: columns of the per-image rows a flag rests on, in reading order
 ROW_COLUMNS = ["model", "sample", "label", "status", "best_distance", "d_star", "returned_distance", "queries",
                "refused", "why", "error"]
@@ -257,7 +253,7 @@ def _models_of(flags: pd.DataFrame, models: dict[str, Twin]) -> list[str]:
         for m in named:
             out.append(m)
             twin = models.get(m, Twin(m))
-            for kind in TWIN_FLAGS.get(flag, ()) if not twin.is_twin else ():
+            for kind in evidence_twins(flag) if not twin.is_twin else ():  # the twins that raise it, and ~seed
                 if twin.of(kind).name in models:
                     out.append(twin.of(kind).name)
             if twin.is_twin:

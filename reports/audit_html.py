@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
+from attackaudit.fidelity.flag_kinds import FAILURE_FLAGS
+
 from .answer import anchor
 from .audit_text import DIFF_COLS, DIFF_EVIDENCE_COLS, EXPLAIN_DIFF, EXPLAIN_DIFF_EVIDENCE, ordered, verdict_line
 from .html_page import document
@@ -55,7 +57,7 @@ def could_not_run(row: pd.Series, statuses: dict | None = None) -> str:
         return "did not run in A"
     if row["verdict"] == "removed":
         return "did not run in B"
-    failed = sorted(set(str(row.get("flags_b") or "").split(",")) & {"crash", "timeout", "invalid"})
+    failed = sorted(set(str(row.get("flags_b") or "").split(",")) & set(FAILURE_FLAGS))
     extra = (statuses or {}).get((row["implementation"], row["norm"]), "")
     reasons = [f"{', '.join(failed)} in B"] if failed else []
     return "; ".join(reasons + ([extra] if extra else []))

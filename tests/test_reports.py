@@ -465,15 +465,16 @@ def test_every_flag_and_column_the_fidelity_tables_hold_is_explained():
     from attackaudit.fidelity.alignment import PAIR_COLUMNS
     from attackaudit.fidelity.diff import DIFF_COLUMNS
     from attackaudit.reports import text as T
-    from attackaudit.reports.answer import TWIN_FLAGS
+    from attackaudit.fidelity.flag_kinds import evidence_twins
     from attackaudit.reports.tables import FLAG_MEANINGS
 
     assert set(fidelity.FLAGS) <= set(FLAG_MEANINGS)
     assert {c.key for c in T.PAIR_COLS} - {"verdict"} <= set(PAIR_COLUMNS)
     assert {"answer", "estimate", "images_to_decide"} <= {c.key for c in T.PAIR_COLS}
     assert {c.key for c in T.DIFF_COLS} <= set(DIFF_COLUMNS) and {"answer", "identical"} <= {c.key for c in T.DIFF_COLS}
-    assert {"perm", "shift", "split"} <= {s for kinds in TWIN_FLAGS.values() for s in kinds}
-    assert all("seed" in kinds for kinds in TWIN_FLAGS.values())
+    twin_flags = {f: evidence_twins(f) for f in fidelity.FLAGS if evidence_twins(f)}
+    assert {"perm", "shift", "split", "batch"} <= {s for kinds in twin_flags.values() for s in kinds}
+    assert all("seed" in kinds for kinds in twin_flags.values())
     # silent_failure also covers an attack that ran but broke none of what the others broke
     assert "broke none of the images" in FLAG_MEANINGS["silent_failure"]
 
