@@ -183,8 +183,8 @@ def sample_list(samples: object, limit: int = 6) -> str:
 
 #: the columns the per-job and per-class checks read (a slim frame keeps the many small groupby
 #: selections cheap on demo-size tables)
-ROW_COLUMNS = [*JOB_KEY, "base_model", "twin", "sample", "label", "family", "kind", "status", "error", "refused",
-               "budget", "forwards", "backwards", "best_distance", "returned_distance"]
+ROW_COLUMNS = [*JOB_KEY, "base_model", "twin", "sample", "label", "family", "kind", "status", "error",
+               "invalid_reason", "refused", "budget", "forwards", "backwards", "best_distance", "returned_distance"]
 
 
 def with_envelope(t: pd.DataFrame) -> pd.DataFrame:

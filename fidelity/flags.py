@@ -371,7 +371,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     twin's name, and the twin checks name the base model. Findings about an implementation over all models (class-conditional ``label_bug``,
     ``below_expected_strength``) have ``model == "*"``.
     """
-    t = prepare(with_invalid_reason(table))  # rows of runs written before the column: read once
+    t = with_invalid_reason(prepare(table))  # a table made without the column: read once
     if t.empty:  # no rows, no findings (a run whose jobs all were skipped, or a filtered table)
         return pd.DataFrame(columns=FLAG_COLUMNS)
     rows = with_envelope(t)

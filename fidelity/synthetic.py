@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 # torch-free: fidelity must not import the torch-side harness
-from attackaudit.results.schema import ROW_COLUMNS, parse_model_name
+from attackaudit.results.schema import ROW_COLUMNS, parse_model_name, with_invalid_reason
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:
@@ -38,7 +38,7 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
     idx = np.arange(n) if samples is None else np.asarray(samples)
     other = {"best_l0": best, "best_l1": best, "best_l2": best, "best_linf": best}
     twin = parse_model_name(model)
-    return pd.DataFrame({
+    return with_invalid_reason(pd.DataFrame({  # an invalid row's reason read from its error, as on loading
         "run": run, "job_id": f"{model}__{implementation}__{norm}", "model": model,
         "base_model": twin.base_model, "twin": twin.kind, "dataset": "digits",
         "subset_hash": "h", "sample": idx, "label": labels if labels is not None else idx % 10,
@@ -50,7 +50,7 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
         "refused": _per_sample(refused, n, float).astype(int), "best_dropped": 0, "best_distance": best, **other,
         "returned_distance": ret, "returned_adversarial": np.isfinite(ret),
         "status": _per_sample(status, n, object), "error": _per_sample(error, n, object), "wall_s": wall_s,
-    }).reindex(columns=ROW_COLUMNS)  # the defect columns (schema.DEFECT_COLUMNS) stay NaN: not recorded
+    })).reindex(columns=ROW_COLUMNS)  # the defect columns (schema.DEFECT_COLUMNS) stay NaN: not recorded
 
 
 def table(*jobs: pd.DataFrame) -> pd.DataFrame:

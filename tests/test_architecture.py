@@ -27,7 +27,7 @@ ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__", "attackaudit.api"}  #
 TORCH_FREE_BASE = {"attackaudit.results.schema", "attackaudit.errors"}
 #: the harness modules that run jobs; reports and adapters stay clear of them
 RUNNER = {"attackaudit.run.runner", "attackaudit.run.job", "attackaudit.run.executors", "attackaudit.run.worker",
-          "attackaudit.run.faults", "attackaudit.run.sequential",
+          "attackaudit.run.faults", "attackaudit.run.sequential", "attackaudit.run.outcome",
           "attackaudit.measure.tracker", "attackaudit.measure.attribution", "attackaudit.measure.query_ledger",
           "attackaudit.measure.best_keeper", "attackaudit.measure.query_window"}
 

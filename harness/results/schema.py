@@ -95,7 +95,7 @@ ROW_COLUMNS = [
     "params_hash", "params", "targeted", "target", "budget", "forwards", "backwards", "refused",
     "best_dropped",  # stored bests the end-of-job re-check found not adversarial (absent in old runs)
     "best_distance", "best_l0", "best_l1", "best_l2", "best_linf", "returned_distance",
-    "returned_adversarial", "status", "error", "wall_s",
+    "returned_adversarial", "status", "error", "invalid_reason", "wall_s",
     *DEFECT_COLUMNS,
 ]
 
@@ -117,6 +117,29 @@ def error_line(exc: BaseException) -> str:
     return text[0][:500] if text else type(exc).__name__
 
 
-#: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1];
-#: ``job.py`` writes it and fidelity's ``out_of_box`` flag reads it
+#: the phrase of an ``invalid`` row's error that means the attack returned values outside [0, 1]
 OUT_OF_BOX_ERROR = "outside the [0, 1] box"
+
+#: why an ``invalid`` row's batch broke the output contract (its ``invalid_reason``; "" for every
+#: other status), each with the phrase of the error ``harness/run/outcome.py`` ``output_check`` writes for it:
+#: not a tensor, another shape, an integer dtype, NaN or inf, values outside [0, 1] (fidelity's
+#: ``out_of_box`` flag reads this reason, never the text)
+INVALID_REASONS = {"not_tensor": "expected a torch.Tensor", "shape": "returned shape",
+                   "dtype": "returned dtype", "not_finite": "NaN or inf", "out_of_box": OUT_OF_BOX_ERROR}
+OUT_OF_BOX = "out_of_box"
+
+
+def with_invalid_reason(rows):
+    """``rows`` (a DataFrame with ``status`` and ``error``) with ``invalid_reason`` derived where it
+    is missing: runs written before the column, whose reason is read once here from the error's
+    phrase ("other" for an invalid row whose phrase is none of them)."""
+    if "invalid_reason" in rows.columns or "status" not in rows.columns:
+        return rows
+
+    def reason(status: str, error: str) -> str:
+        if status != "invalid":
+            return ""
+        return next((r for r, phrase in INVALID_REASONS.items() if phrase in error), "other")
+
+    errors = rows["error"].astype(str) if "error" in rows.columns else [""] * len(rows)
+    return rows.assign(invalid_reason=[reason(s, e) for s, e in zip(rows["status"].astype(str), errors)])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from attackaudit.results.schema import ROW_COLUMNS, Twin, with_twin_columns
+from attackaudit.results.schema import ROW_COLUMNS, Twin, with_invalid_reason, with_twin_columns
 from attackaudit.errors import InputError
 
 
@@ -135,7 +135,8 @@ def load_run(run_dir: str | Path) -> pd.DataFrame:
     frames = []
     for path in sorted(jobs_dir(run_dir).glob("*.parquet")):
         try:
-            frames.append(with_twin_columns(pd.read_parquet(path)))  # rows written before the twin columns
+            # rows written before the twin columns or the invalid reason: derived here, once
+            frames.append(with_invalid_reason(with_twin_columns(pd.read_parquet(path))))
         except Exception:
             continue
     if not frames:

@@ -27,12 +27,11 @@ import attackaudit.sources.twins as twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
-from attackaudit.results.schema import (OUT_OF_BOX_ERROR, PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line,
-                                       parse_model_name)
+from attackaudit.results.schema import PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line, parse_model_name
 from attackaudit.measure.success import is_success
-from attackaudit.measure.tracker import BOX_TOLERANCE, QueryTracker
+from attackaudit.measure.tracker import QueryTracker
+from attackaudit.run.outcome import OK, InvalidOutput, Outcome, output_check, output_problem  # noqa: F401
 from attackaudit.sources.zoo import perm_twin_classes
-from attackaudit.errors import AttackauditError
 
 if TYPE_CHECKING:  # the subset's type only: the data module loads datasets, a worker imports it lazily
     from attackaudit.sources.data import Subset
@@ -98,33 +97,29 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def output_problem(adv: object, inputs: Tensor) -> str:
-    """Why an attack's return value is invalid, or '' when it is a proper adversarial batch."""
-    if not isinstance(adv, Tensor):
-        return f"returned {type(adv).__name__}, expected a torch.Tensor"
-    if adv.shape != inputs.shape:
-        return f"returned shape {tuple(adv.shape)}, expected {tuple(inputs.shape)}"
-    if not adv.dtype.is_floating_point:
-        return f"returned dtype {adv.dtype}, expected a floating-point tensor"
-    if not torch.isfinite(adv).all():
-        return f"returned {int((~torch.isfinite(adv)).flatten(1).any(1).sum())} samples with NaN or inf"
-    lo, hi = float(adv.min()), float(adv.max())
-    if lo < -BOX_TOLERANCE or hi > 1 + BOX_TOLERANCE:
-        return f"returned values in [{lo:.4g}, {hi:.4g}], {OUT_OF_BOX_ERROR}"
-    return ""
-
-
 def attack_with_tracker(spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
                         criterion: Criterion | None = None, targets: Tensor | None = None,
                         on_progress: Callable[[int], None] | None = None, clean_logits: Tensor | None = None,
                         record: BallRecord | None = None) -> tuple[QueryTracker, Tensor | None, str]:
+    """``attack_outcome`` with its outcome as one line for a person (``Outcome.line``: "" when the
+    call returned)."""
+    tracker, returned, outcome = attack_outcome(spec, model, inputs, labels, budget=budget, criterion=criterion,
+                                                targets=targets, on_progress=on_progress, clean_logits=clean_logits,
+                                                record=record)
+    return tracker, returned, outcome.line
+
+
+def attack_outcome(spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor, *, budget: int,
+                   criterion: Criterion | None = None, targets: Tensor | None = None,
+                   on_progress: Callable[[int], None] | None = None, clean_logits: Tensor | None = None,
+                   record: BallRecord | None = None) -> tuple[QueryTracker, Tensor | None, Outcome]:
     """Run ``spec`` on ``inputs`` (N×C×H×W) and ``labels`` (N) through a fresh QueryTracker;
-    returns (tracker, what the attack returned, error line).
+    returns (tracker, what the attack returned, the call's outcome).
 
     ``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)``; ``targets=`` (N) is
     the older spelling of ``criterion=Targeted(targets)``. Fixed-ε specs go through the minimal-ε
     search, which fills ``record`` when given (``BallRecord.empty(inputs)``). An exception becomes
-    the error line; the tracker (and the record) keep what they saw before it.
+    the outcome (invalid, unsupported or a crash); the tracker (and the record) keep what they saw before it.
     """
     if criterion is not None and targets is not None:
         raise ValueError("give attack_with_tracker either criterion= or targets=, not both")
@@ -138,12 +133,12 @@ def attack_with_tracker(spec: AttackSpec, model: nn.Module, inputs: Tensor, labe
         else:
             returned = _search_fixed(spec, tracker, inputs, labels, criterion, budget, record)
     except InvalidOutput as exc:
-        return tracker, None, f"invalid: {exc}"
+        return tracker, None, exc.outcome
     except Unsupported as exc:  # our adapter cannot call this release so: not the library's crash
-        return tracker, None, f"{UNSUPPORTED}: {exc}"
+        return tracker, None, Outcome(UNSUPPORTED, str(exc))
     except Exception as exc:
-        return tracker, None, error_line(exc)
-    return tracker, returned, ""
+        return tracker, None, Outcome("crash", error_line(exc))
+    return tracker, returned, OK
 
 
 def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, labels: Tensor, criterion: Criterion,
@@ -155,9 +150,9 @@ def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, label
             adv = spec.run(tracker, x.clone(), labels[idx], eps=eps, **criterion.take(idx).attack_kwargs())
         finally:
             tracker.expect(None)
-        problem = output_problem(adv, x)
-        if problem:
-            raise InvalidOutput(problem)
+        checked = output_check(adv, x)
+        if not checked.ok:
+            raise InvalidOutput(checked)
         # a default output (zeros, a constant, one row for several images) is the call's failure,
         # never its success: put back the input before the search checks it (fallback_output)
         fallback, words = tracker.fallbacks(adv, idx, closer_only=False)
@@ -182,10 +177,6 @@ def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, label
                           record=record)
 
 
-class InvalidOutput(AttackauditError):
-    """An attack returned something that is not a valid adversarial batch."""
-
-
 @dataclass
 class Companions:
     """The batch-composition twin's companions (``twins.companions``): P images of the dataset
@@ -201,12 +192,12 @@ class Companions:
 @dataclass
 class BatchOutcome:
     """One batch of a job after the attack: its rows of the subset, the tracker that measured it,
-    what the attack returned (None after an error), the error line, and the fixed-ε search's record."""
+    what the attack returned (None after an error), the call's outcome, and the fixed-ε search's record."""
 
     rows: slice
     tracker: QueryTracker
     returned: Tensor | None
-    error: str
+    outcome: Outcome
     record: BallRecord | None
 
 
@@ -290,28 +281,23 @@ def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor
             def on_queries(used: int, done: int = sl.start) -> None:
                 progress(done, n, min(1.0, used / job.budget))
         record = BallRecord.empty(inputs[sl]) if spec.kind is AttackKind.FIXED else None
-        tracker, returned, error = attack_with_tracker(
+        tracker, returned, outcome = attack_outcome(
             spec, model, inputs[sl], labels[sl], budget=job.budget, criterion=criterion.take(sl),
             on_progress=on_queries, clean_logits=clean_logits[sl].to(inputs.device) if clean_logits is not None else None,
             record=record)
         tracker.on_progress = None  # reading its results later must not report this batch again
         if progress is not None:
             progress(sl.stop, n, 0.0)
-        if error and log is not None:
-            log.write(f"batch {sl.start}:{sl.stop}: {error}\n{traceback.format_exc()}\n")
-        outcomes.append(BatchOutcome(sl, tracker, returned, error, record))
+        if not outcome.ok and log is not None:
+            log.write(f"batch {sl.start}:{sl.stop}: {outcome.line}\n{traceback.format_exc()}\n")
+        outcomes.append(BatchOutcome(sl, tracker, returned, outcome, record))
     return outcomes
 
 
-def _batch_status(outcome: BatchOutcome, x: Tensor) -> tuple[str, str]:
-    """(status, error) of a batch: an error line's prefix names invalid or unsupported, any other
-    error is a crash; a returned batch that breaks the output contract is invalid."""
-    error = outcome.error
-    if error:
-        status = next((k for k in ("invalid", UNSUPPORTED) if error.startswith(f"{k}: ")), "crash")
-        return status, error.removeprefix(f"{status}: ")
-    problem = output_problem(outcome.returned, x)
-    return ("invalid", problem) if problem else ("ok", "")
+def _batch_outcome(batch: BatchOutcome, x: Tensor) -> Outcome:
+    """A batch's outcome: its attack call's, or, when the call returned, what it returned checked
+    against the output contract."""
+    return batch.outcome if not batch.outcome.ok else output_check(batch.returned, x)
 
 
 def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, criterion: Criterion,
@@ -319,7 +305,8 @@ def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, 
     """The per-sample columns of one batch (``x``: N×C×H×W, ``y``: N): the returned output
     re-checked on the unwrapped model, the tracker's counts and its re-checked bests."""
     tracker, n = outcome.tracker, len(y)
-    status, error = _batch_status(outcome, x)
+    result = _batch_outcome(outcome, x)
+    status = result.status
     ret_adv = np.zeros(n, dtype=bool)
     ret_dist = np.full(n, np.inf)
     fallback = outcome.record.fallback if outcome.record is not None else [""] * n
@@ -350,7 +337,8 @@ def _batch_frame(outcome: BatchOutcome, spec: AttackSpec, x: Tensor, y: Tensor, 
         "returned_distance": ret_dist,
         "returned_adversarial": ret_adv,
         "status": status,
-        "error": error,
+        "error": result.detail,
+        "invalid_reason": result.invalid_reason,
         **_defect_columns(tracker, x, outcome.returned if status == "ok" else None, outcome.record),
         "returned_fallback": fallback,
         "best_margin": tracker.best_margin().cpu().numpy().astype(float),
@@ -409,7 +397,7 @@ def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: Attack
         "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
         "refused": 0, "best_dropped": 0, "best_distance": np.inf, "best_l0": np.inf, "best_l1": np.inf, "best_l2": np.inf,
         "best_linf": np.inf, "returned_distance": np.inf, "returned_adversarial": False,
-        "status": status, "error": error, "wall_s": 0.0, "returned_class": -1, "ball_calls": 0, "ball_out": 0,
+        "status": status, "error": error, "invalid_reason": "", "wall_s": 0.0, "returned_class": -1, "ball_calls": 0, "ball_out": 0,
         "ball_worst_ratio": np.nan, "ball_worst_eps": np.nan, "eps_fail_max": np.nan, "eps_fail_ratio": np.nan,
         "returned_fallback": "", "best_margin": np.nan, "rng_used": False, "eps_success": np.nan,
         "ball_mean_ratio": np.nan,
