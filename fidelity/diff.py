@@ -246,7 +246,7 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
          by_model: bool = False, eps_max: Mapping[str, float] | None = None,
          ref_eps: Mapping[str, float] | None = None, flags_a: pd.DataFrame | None = None,
          flags_b: pd.DataFrame | None = None, dataset_images: int | None = None,
-         style: str = "cli", eps: Mapping[str, float] | None = None) -> pd.DataFrame:
+         eps: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per (norm, implementation) — and per model when ``by_model`` (``model`` is "*" otherwise):
     ``DIFF_COLUMNS``. ``*_a`` is before (``table_a``), ``*_b`` after. ξ and ASR are against the
     joint envelope (NaN on the side that did not run a ``new``/``removed`` implementation); the
@@ -318,14 +318,14 @@ def diff(table_a: pd.DataFrame, table_b: pd.DataFrame, *, alpha: float = ALPHA, 
                      "flags_a": ",".join(sorted(fa)), "flags_b": ",".join(sorted(fb)),
                      "flags_appeared": ",".join(sorted(fb - fa)), "flags_disappeared": ",".join(sorted(fa - fb)),
                      "verdict": verdict, "reason": reason, "_fa": fa, "_fb": fb, "_res": res, "_own": own})
-    out = _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images, style)
+    out = _verdicts(pd.DataFrame(rows), alpha, delta, dataset_images)
     # ε use of fixed-ε attacks (fidelity/eps_use.py; ``eps``: the ε per norm it reads robust
     # accuracy at, default the reference ε): computed apart, its material changes merged
     return eps_use.merge(out, eps_use.eps_use(sides["a"], sides["b"], eps_use.at(refs, eps), alpha=alpha))
 
 
-def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_images: int | None = None,
-              style: str = "cli") -> pd.DataFrame:
+def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA,
+              dataset_images: int | None = None) -> pd.DataFrame:
     """Fill p_adjusted, answer, score, verdict and reason of the rows present in
     both runs. The multiplicity family of a verdict is the implementation's own tests, fixed before
     the data are seen: one pooled test (no adjustment), or its models' tests with ``by_model``
@@ -344,7 +344,7 @@ def _verdicts(out: pd.DataFrame, alpha: float, delta: float = DELTA, dataset_ima
             need = images_to_decide(own["x"], alpha / len(at), delta) if word == "inconclusive" else float("nan")
             verdict, reason, score = weigh(r["_res"], word, float(pd_), own["own_xi"], r["_fb"] - r["_fa"],
                                            r["_fa"] - r["_fb"], own["n_ran"], own["n_rows"],
-                                           decision_text(need, dataset_images, style), delta)
+                                           decision_text(need, dataset_images), delta)
             for col, v in (("p_adjusted", float(pd_)), ("answer", word), ("images_to_decide", need),
                            ("score", score), ("verdict", verdict), ("reason", reason)):
                 out.iloc[i, out.columns.get_loc(col)] = v

@@ -218,7 +218,7 @@ def _summary(verdict: str, members: list[dict], top_share: float, top_in_set: fl
 def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
               eps_max: Mapping[str, float] | None = None, n_boot: int = N_BOOTSTRAP,
               seed: int = BOOTSTRAP_SEED, board: pd.DataFrame | None = None, alpha: float = ALPHA,
-              dataset_images: int | None = None, style: str = "cli", exact=None, settings=None) -> pd.DataFrame:
+              dataset_images: int | None = None, exact=None, settings=None) -> pd.DataFrame:
     """Per (family, norm): the trust set. ``RECOMMEND_COLUMNS``, one row per family and norm.
 
     ``verdict`` is one of ``VERDICTS``; "none" has no trusted implementation (``note`` says why
@@ -233,8 +233,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     is closer, and ``images_to_decide`` under older names; ``decision`` what would decide it).
     ``weak`` lists weakness notes. ``board``: ``leaderboard(table, eps_max=eps_max)`` when the
     caller has it already. ``dataset_images``: how many images the dataset has (an inconclusive
-    pair that needs more "cannot be decided on this dataset"); ``style``: "cli" or "api", the
-    caller's spelling of the sample count in advice; ``exact``/``settings``: ``yardstick_verdicts.annotated``.
+    pair that needs more "cannot be decided on this dataset"); ``exact``/``settings``: ``yardstick_verdicts.annotated``.
     """
     table = prepare(table)  # one family per implementation (prepare's one_family), for every grouping below
     board = leaderboard(table, eps_max=eps_max) if board is None else board
@@ -256,7 +255,7 @@ def recommend(table: pd.DataFrame, flags_df: pd.DataFrame | None, *,
     rows = []
     for (family, norm), g in board.groupby(["family", "norm"], sort=True):
         row = _one(family, norm, g, by_norm.get(norm, long.iloc[0:0]), best_of_norm.loc[norm],
-                   (eps_max or {}).get(norm), n_boot, seed, alpha, dataset_images, style)
+                   (eps_max or {}).get(norm), n_boot, seed, alpha, dataset_images)
         mine = [f"{r.implementation}: {n}" for r in g.itertuples(index=False)
                 for n in notes.get((r.implementation, r.library_version, norm), [])]
         short = shortfall_note(family, norm, strength, best_of_norm.loc[norm])
@@ -321,8 +320,7 @@ def _none_trusted(family: str, norm: str, g: pd.DataFrame, ci: list, e: float | 
 
 
 def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best: pd.Series,
-         eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None,
-         style: str = "cli") -> dict:
+         eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None) -> dict:
     g = g.assign(clean=[not (set(f) - WEAKNESS_FLAGS) for f in g["flags"]],
                  tier=(g["family_optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
     g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
@@ -364,7 +362,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
             "wins_top": int(res["wins_b"]), "wins_member": int(res["wins_a"]), "samples_to_separate": need,
             "fail_member": res["fail_a"], "fail_top": res["fail_b"], "share_beyond": res["share_beyond"],
             "n_both": res["n_both"], "result": res,
-            "decision": decision_text(need, dataset_images, style) if need is not None else (
+            "decision": decision_text(need, dataset_images) if need is not None else (
                 MIXED_DECISION if word == "mixed" else "")})
     # the other members in the order of the ξ every view shows (the top pick stays first)
     members[1:] = sorted(members[1:], key=lambda m: -m["optimality"])

@@ -125,13 +125,13 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
     return float(max(np.ceil(need), n + 1)) if np.isfinite(need) else float("inf")
 
 
-def decision_text(need: float, have_images: int | None, style: str = "cli") -> str:
-    """What to do about an inconclusive comparison, in the caller's words: ``style`` "cli"
-    (``--samples N``) or "api" (``samples=N``); "cannot be decided on this dataset" when the
-    dataset has fewer than ``need`` images."""
+def decision_text(need: float, have_images: int | None) -> str:
+    """What to do about an inconclusive comparison, in the command line's words (``--samples N``;
+    ``attackaudit.compare`` names its arguments instead where the message reaches its caller:
+    ``reports/wording.py``); "cannot be decided on this dataset" when the dataset has fewer than
+    ``need`` images."""
     if not np.isfinite(need):
         return "more images would not decide it at the effect the data allow"
     if have_images is not None and need > have_images:
         return f"cannot be decided on this dataset (needs ≈{int(need)} images, it has {have_images})"
-    flag = f"samples={int(need)}" if style == "api" else f"--samples {int(need)}"
-    return f"rerun with {flag} (planned for 80% power)"
+    return f"rerun with --samples {int(need)} (planned for 80% power)"

@@ -590,12 +590,10 @@ def test_images_to_decide_edges_and_the_floor_of_one_more_image():
 
 def test_decision_text_in_the_callers_words():
     assert sample_size.decision_text(INF, 100) == "more images would not decide it at the effect the data allow"
-    assert sample_size.decision_text(INF, None, "api") == "more images would not decide it at the effect the data allow"
     assert sample_size.decision_text(120.0, 100) == "cannot be decided on this dataset (needs ≈120 images, it has 100)"
     assert sample_size.decision_text(100.0, 100) == "rerun with --samples 100 (planned for 80% power)"
-    assert sample_size.decision_text(100.0, 100, "api") == "rerun with samples=100 (planned for 80% power)"
     assert sample_size.decision_text(5000.0, None) == "rerun with --samples 5000 (planned for 80% power)"
-    assert sample_size.decision_text(64.0, None, style="cli") == "rerun with --samples 64 (planned for 80% power)"
+    assert sample_size.decision_text(64.0, None) == "rerun with --samples 64 (planned for 80% power)"
 
 
 # ================================================================ known_defects

@@ -392,8 +392,13 @@ def _check_mixed(r):
 
 def test_the_advice_follows_the_callers_style_dataset_and_seed():
     t = _zoo()
-    api = _rows(t, style="api", seed=1).set_index(["family", "norm"])
-    _check_inconclusive(api.loc[("f", "l1")], "samples=")
+    from attackaudit.reports.wording import speak
+
+    api = _rows(t, seed=1).set_index(["family", "norm"])  # fidelity advises in one spelling; the API renders it
+    _check_inconclusive(api.loc[("f", "l1")], "--samples ")
+    need_api = int(api.loc[("f", "l1")].trust_set[1]["images_to_decide"])
+    assert speak(api.loc[("f", "l1")].trust_set[1]["decision"], "api") == (
+        f"rerun with samples={need_api} (planned for 80% power)")
     default = _rows(t).set_index(["family", "norm"])
     member = default.loc[("f", "l1")].trust_set[1]
     assert api.loc[("f", "l1")].trust_set[1]["optimality_ci"] != member["optimality_ci"]  # another seed

@@ -353,8 +353,10 @@ def test_an_inconclusive_verdict_by_model_projects_images_at_the_adjusted_level(
     # in the API's words, and against the dataset's size (a dataset of exactly that many images is enough)
     need1 = int(d.loc["m1", "images_to_decide"])
     no_flags = {"flags_a": flag_rows(), "flags_b": flag_rows()}
-    api = diff(a, b, by_model=True, style="api", dataset_images=need1, **no_flags).set_index("model")
-    assert api.loc["m1", "reason"].endswith(f": rerun with samples={need1} (planned for 80% power))")
+    from attackaudit.reports.wording import speak
+
+    api = diff(a, b, by_model=True, dataset_images=need1, **no_flags).set_index("model")
+    assert speak(api.loc["m1", "reason"], "api").endswith(f": rerun with samples={need1} (planned for 80% power))")
     small = diff(a, b, by_model=True, dataset_images=need1 - 1, **no_flags).set_index("model")
     assert small.loc["m1", "reason"].endswith(
         f": cannot be decided on this dataset (needs ≈{need1} images, it has {need1 - 1}))")
