@@ -80,6 +80,7 @@ from attackaudit.measure.fallback import default_outputs, is_shared
 from attackaudit.measure.success import is_success
 from attackaudit.measure.query_ledger import REFUSAL_SCALE, QueryLedger
 from attackaudit.measure.query_window import DEFERRED_BYTES, DEFERRED_QUERIES, QueryWindow
+from attackaudit.results.schema import DEFAULT_BUDGET
 
 # the rule's constants and helpers, read from here by the job, the benchmarks and the tests
 __all__ = ["QueryTracker", "BOX_MARGIN", "BOX_TOLERANCE", "DEFERRED_BYTES", "DEFERRED_QUERIES", "KEEP_BESTS",
@@ -102,7 +103,7 @@ class QueryTracker(nn.Module):
     """
 
     def __init__(self, model: nn.Module, inputs: Tensor, labels: Tensor, *, norm: str,
-                 budget: int = 2000, criterion: Criterion | None = None, targeted: bool = False,
+                 budget: int = DEFAULT_BUDGET, criterion: Criterion | None = None, targeted: bool = False,
                  targets: Tensor | None = None, on_progress: Callable[[int], None] | None = None,
                  clean_logits: Tensor | None = None) -> None:
         """``criterion``: ``Untargeted()`` (the default) or ``Targeted(targets)`` (N targets;

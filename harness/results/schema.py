@@ -89,6 +89,11 @@ FALLBACK_COLUMNS = ["returned_fallback", "best_margin", "rng_used", "eps_success
 DEFECT_COLUMNS = ["returned_class", "ball_calls", "ball_out", "ball_worst_ratio", "ball_worst_eps",
                   "eps_fail_max", "eps_fail_ratio", *FALLBACK_COLUMNS]
 
+#: forwards + backwards allowed per sample when a run names no budget: the one default of
+#: ``RunConfig.budget``, ``Job.budget`` and ``QueryTracker``'s ``budget`` (``attackaudit.compare``'s
+#: signature repeats it as a value for its API reference; tests/test_defaults_documented.py holds them equal)
+DEFAULT_BUDGET = 2000
+
 ROW_COLUMNS = [
     "run", "job_id", "model", *TWIN_COLUMNS, "dataset", "subset_hash", "sample", "label", "clean_correct",
     "library", "library_version", "attack", "implementation", "family", "norm", "kind",

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from attackaudit.errors import InputError
+from attackaudit.results.schema import DEFAULT_BUDGET
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
@@ -51,7 +52,7 @@ class RunConfig:
     norms: list[str] | None = None
     attacks: list[str] | None = None  # spec keys or implementations, e.g. "adv_lib/fmn"
     samples: int = 32
-    budget: int = 2000
+    budget: int = DEFAULT_BUDGET
     seed: int = 0
     targeted: bool = False
     metamorphic: bool = False

@@ -27,7 +27,7 @@ import attackaudit.sources.twins as twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
-from attackaudit.results.schema import PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line, parse_model_name
+from attackaudit.results.schema import DEFAULT_BUDGET, PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line, parse_model_name
 from attackaudit.measure.success import is_success
 from attackaudit.measure.tracker import QueryTracker
 from attackaudit.run.outcome import OK, InvalidOutput, Outcome, output_check, output_problem  # noqa: F401
@@ -51,7 +51,7 @@ class Job:
     dataset: str = "digits"
     samples: int = 32
     seed: int = 0
-    budget: int = 2000
+    budget: int = DEFAULT_BUDGET
     targeted: bool = False
     device: str = "cpu"
     batch_size: int = 0  # 0: the whole subset in one batch
