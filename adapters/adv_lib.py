@@ -13,9 +13,14 @@ from typing import Any
 from torch import Tensor, nn
 
 from .release import bridge_keywords
-from .spec import AttackSpec
+from .spec import AttackSpec, declare_randomness
 
 LIBRARY = "adv_lib"
+
+#: (name, variant) of the attacks whose results depend on the seed, and of those whose call moves a
+#: global random state without that (measured: ``spec.declare_randomness``)
+RANDOMISED = {("apgd", ""), ("apgd", "ce"), ("apgd_targeted", ""), ("pgd_linf", "")}
+MOVES_GLOBAL_RNG = {("vfga", "")}
 P = {"l0": 0, "l1": 1, "l2": 2, "linf": float("inf")}
 
 
@@ -100,4 +105,4 @@ def specs() -> list[AttackSpec]:
     # sigma-zero is untargeted only: with targeted=True it warns and returns its input
     minimal("sigma_zero", A.sigma_zero, "sigma_zero", "l0", "num_steps", targeted_support=False, num_steps=500)
     fixed("pgd_linf", A.pgd_linf, "pgd", "linf", "ε", "steps", steps=100)
-    return out
+    return declare_randomness(out, RANDOMISED, MOVES_GLOBAL_RNG)

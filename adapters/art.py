@@ -21,9 +21,16 @@ import torch
 from torch import Tensor, nn
 
 from .release import bridge_keywords, per_eps_group, probe_inputs, supports, tiny_classifier
-from .spec import AttackSpec, num_classes
+from .spec import AttackSpec, declare_randomness, num_classes
 
 LIBRARY = "art"
+
+#: (name, variant) of the attacks whose results depend on the seed, and of those whose call moves a
+#: global random state without that (measured: ``spec.declare_randomness``)
+RANDOMISED = {("AutoProjectedGradientDescent", "ce"), ("AutoProjectedGradientDescent", "dlr"),
+              ("SaliencyMapMethod", "")}
+MOVES_GLOBAL_RNG = {("BasicIterativeMethod", ""), ("CarliniL2Method", ""), ("CarliniLInfMethod", ""), ("DeepFool", ""),
+                    ("ElasticNet", ""), ("ProjectedGradientDescent", "")}
 ORD = {"l1": 1, "l2": 2, "linf": np.inf}
 
 # How an attack receives labels:
@@ -209,4 +216,4 @@ def specs() -> list[AttackSpec]:
         note="ART JSMA only ever attacks a target class: untargeted runs pass y=None, for which "
              "ART draws a random class other than the prediction (numpy's global RNG)",
         theta=1.0, gamma=1.0, batch_size=ALL, verbose=False)
-    return out
+    return declare_randomness(out, RANDOMISED, MOVES_GLOBAL_RNG)

@@ -16,9 +16,14 @@ import numpy as np
 from torch import Tensor, nn
 
 from .release import per_eps_group, rows_follow_eps
-from .spec import AttackSpec, num_classes
+from .spec import AttackSpec, declare_randomness, num_classes
 
 LIBRARY = "cleverhans"
+
+#: (name, variant) of the attacks whose results depend on the seed, and of those whose call moves a
+#: global random state without that (measured: ``spec.declare_randomness``)
+RANDOMISED = {("projected_gradient_descent", "")}
+MOVES_GLOBAL_RNG = set()
 ORD = {"l2": 2, "linf": np.inf}
 
 
@@ -140,4 +145,4 @@ def specs() -> list[AttackSpec]:
                           steps_param="max_iterations",
                           note="loops over samples in Python each iteration; does not reset Adam or "
                                "the modifier between binary-search steps"))
-    return out
+    return declare_randomness(out, RANDOMISED, MOVES_GLOBAL_RNG)

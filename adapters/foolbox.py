@@ -17,9 +17,15 @@ from typing import Any
 from torch import Tensor, nn
 
 from .release import Unsupported, bridge_keywords, per_eps_group, rows_follow_eps
-from .spec import AttackSpec
+from .spec import AttackSpec, declare_randomness
 
 LIBRARY = "foolbox"
+
+#: (name, variant) of the attacks whose results depend on the seed, and of those whose call moves a
+#: global random state without that (measured: ``spec.declare_randomness``)
+RANDOMISED = {("L1ProjectedGradientDescentAttack", ""), ("L2ProjectedGradientDescentAttack", ""),
+              ("LinfProjectedGradientDescentAttack", "")}
+MOVES_GLOBAL_RNG = {("DDNAttack", "")}
 
 #: the minimum-norm attack that gives Brendel-Bethge its adversarial starting point, per norm.
 #: Same-norm FMN starts closest, except L1: foolbox's L1FMNAttack (100 steps) left 2 of 6 digits
@@ -198,4 +204,4 @@ def specs() -> list[AttackSpec]:
                               partial(_brendel_bethge, norm, **params), steps_param="steps",
                               note=f"starts from foolbox's {BB_INIT[norm]} (100 steps); samples it does "
                                    "not break are returned unattacked (BB asserts adversarial starts)"))
-    return out
+    return declare_randomness(out, RANDOMISED, MOVES_GLOBAL_RNG)

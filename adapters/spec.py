@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping, Protocol, Union
 import torch
 from torch import Tensor, nn
 
+from attackaudit.results.schema import AttackId
+
 
 class MinimalAttack(Protocol):
     """``kind="minimal"``: called once per batch, returns its smallest adversarials.
@@ -125,7 +127,11 @@ class AttackSpec:
     steps_param: str = ""  # the params key that sets the number of iterations, if any
     note: str = ""
     targeted_only: bool = False  # no untargeted mode: runs only in --targeted runs
-    randomised: bool = False  # draws random numbers (random start, ...): --metamorphic gives it a seed twin
+    randomised: bool = False  # its results depend on the seed (random start, ...): --metamorphic gives it a seed twin
+    #: its call moves a global random state (torch, NumPy, ``random``) though its results do not
+    #: depend on the seed (measured): it gets a seed twin too, so that the batch twins, which see
+    #: ``rng_used``, have a measured floor (a seed twin equal to its model says "deterministic")
+    moves_global_rng: bool = False
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
@@ -138,15 +144,19 @@ class AttackSpec:
                              "would never run; drop one of them")
 
     @property
+    def id(self) -> AttackId:
+        """Which implementation and norm the spec is, as a value jobs and rows' readers carry."""
+        return AttackId(self.library, self.name, self.variant, self.norm)
+
+    @property
     def implementation(self) -> str:
         """``library/name[:variant]``: one implementation across norms."""
-        base = f"{self.library}/{self.name}"
-        return f"{base}:{self.variant}" if self.variant else base
+        return self.id.implementation
 
     @property
     def key(self) -> str:
         """Unique, stable identifier of the spec: ``library/name[:variant]/norm``."""
-        return f"{self.implementation}/{self.norm}"
+        return self.id.key
 
     @property
     def params_hash(self) -> str:
@@ -175,6 +185,22 @@ class AttackSpec:
 
 
 _LIBRARY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+#: How the built-ins' randomness was measured (each adapter's ``RANDOMISED`` and ``MOVES_GLOBAL_RNG``):
+#: every built-in spec run twice on 4 digits (digits-mlp, 0.1 of its steps, budget 400), seeds 0
+#: and 1 (and, for specs with a ``seed`` parameter, that parameter 0 and 1). ``RANDOMISED``: those
+#: that gave different returned outputs or best distances (random starts: PGD, APGD; random draws
+#: inside the iteration: ART's JSMA, torchattacks' SparseFool); every other built-in gave identical
+#: ones. ``MOVES_GLOBAL_RNG``: those whose call moved a global random state (``rng_used``) although
+#: their results did not depend on the seed (ART builds its classifier wrapper; foolbox's DDN and
+#: adv-lib's VFGA draw numbers they never use on the digits).
+def declare_randomness(specs: list[AttackSpec], randomised: set[tuple[str, str]],
+                       moves_global_rng: set[tuple[str, str]]) -> list[AttackSpec]:
+    """A built-in adapter's ``specs`` with ``randomised`` and ``moves_global_rng`` declared for the
+    attacks named in each set, as (name, variant) pairs (every norm)."""
+    return [replace(s, randomised=(s.name, s.variant) in randomised,
+                    moves_global_rng=(s.name, s.variant) in moves_global_rng) for s in specs]
 
 
 def spec_problem(spec: AttackSpec) -> str:

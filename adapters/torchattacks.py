@@ -18,9 +18,14 @@ import torch
 from torch import Tensor, nn
 
 from .release import Unsupported, bridge_keywords, call_accepting, per_eps_group, rows_follow_eps
-from .spec import AttackSpec, num_classes
+from .spec import AttackSpec, declare_randomness, num_classes
 
 LIBRARY = "torchattacks"
+
+#: (name, variant) of the attacks whose results depend on the seed, and of those whose call moves a
+#: global random state without that (measured: ``spec.declare_randomness``)
+RANDOMISED = {("APGD", "ce"), ("APGD", "dlr"), ("APGDT", ""), ("PGD", ""), ("PGDL2", ""), ("SparseFool", "")}
+MOVES_GLOBAL_RNG = set()
 NAMES = {"l1": "L1", "l2": "L2", "linf": "Linf"}
 #: FAB keeps only adversarials within ``eps``; this makes it a minimum-norm attack
 UNBOUNDED_EPS = 1e6
@@ -171,4 +176,4 @@ def specs() -> list[AttackSpec]:
     add(getattr(ta, "JSMA", None), "jsma", "l0", "minimal", steps_param="",
         note="torchattacks JSMA is always targeted: untargeted runs aim at (label + 1) % 10",
         theta=1.0, gamma=1.0)
-    return out
+    return declare_randomness(out, RANDOMISED, MOVES_GLOBAL_RNG)

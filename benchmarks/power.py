@@ -45,11 +45,11 @@ def real_seed_noise() -> np.ndarray:
     """(m,) per-image log ratios between two seeds of the corpus's randomised built-ins, centred
     per (implementation, norm) so that they carry spread and tails, not an effect."""
     import real_noise
-    from attackaudit.sources.twins import RANDOMISED_BUILTINS
+    from attackaudit.sources.twins import randomised_builtins
 
     c = real_noise.load()
     w = real_noise._wide(c, "seed")
-    w = w[w["implementation"].isin(RANDOMISED_BUILTINS)]
+    w = w[w["implementation"].isin(randomised_builtins())]
     a, b = w["best_distance_a"].to_numpy(float), w["best_distance_b"].to_numpy(float)
     ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
     w = w[ok].assign(r=np.log(a[ok] / b[ok]))

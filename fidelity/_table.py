@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attackaudit.results.schema import with_twin_columns  # torch-free: the one reader of twin names
+# torch-free: the one reader of twin names and the one writer of implementation names
+from attackaudit.results.schema import with_implementation, with_twin_columns
 
 #: row status of a job the adapter could not run (treated as absent everywhere)
 UNSUPPORTED = "unsupported"
@@ -61,8 +62,7 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     for col, default in _DEFAULTS.items():
         if col not in t.columns:
             t[col] = default
-    if "implementation" not in t.columns:
-        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    t = with_implementation(t)
     for col in ("implementation", "library_version", "library", "attack", "family", "kind", "status",
                 "model", "norm", "base_model", "twin"):
         t[col] = t[col].fillna("").astype(str)

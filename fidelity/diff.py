@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from attackaudit.results.schema import DEFECT_COLUMNS
+from attackaudit.results.schema import DEFECT_COLUMNS, with_implementation
 from ._table import UNSUPPORTED, is_twin, long_distances, prepare, without_twins
 from .sample_size import images_to_decide
 from .equivalence import DELTA, answer, pair_test, log_ratios, pair_values
@@ -235,9 +235,7 @@ def _unsupported(table: pd.DataFrame) -> set[tuple[str, str]]:
     """(norm, implementation) whose every row in ``table`` is ``unsupported``."""
     if "status" not in table.columns or table.empty:
         return set()
-    t = table.assign(_u=table["status"].astype(str) == UNSUPPORTED)
-    if "implementation" not in t.columns:
-        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    t = with_implementation(table.assign(_u=table["status"].astype(str) == UNSUPPORTED))
     agg = t.groupby(["norm", "implementation"])["_u"].all()
     return {k for k, v in agg.items() if v}
 

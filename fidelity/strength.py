@@ -83,7 +83,7 @@ def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
     strong = np.array([is_strong(f, n) for f, n in zip(g["family"], g["norm"])], dtype=bool)
     sib, sib_impl = [], []
     # another library's implementation: a variant of the same library may share the flaw
-    library = g["implementation"].astype(str).str.split("/").str[0]
+    library = g["library"].astype(str)
     for r, lib in zip(g.itertuples(index=False), library):
         others = g[(g["family"] == r.family) & (g["norm"] == r.norm) & (library != lib)]
         o = others["optimality"].astype(float)
@@ -109,10 +109,10 @@ def family_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None) 
     """Global ξ of every implementation against its own family's envelope (per family and norm),
     with ``family_sibling_best``: the best such ξ of its family in another library."""
     parts = [global_optimality(sub, eps_max) for _, sub in table.groupby("family", sort=True)]
-    fam = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["norm", "implementation",
+    fam = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["norm", "implementation", "library",
                                                                                    "library_version", "optimality"])
     fam = fam.rename(columns={"optimality": "family_optimality"})
-    library = fam["implementation"].astype(str).str.split("/").str[0]
+    library = fam["library"].astype(str)
     best = []
     for r, lib in zip(fam.itertuples(index=False), library):
         o = fam.loc[(fam["family"] == r.family) & (fam["norm"] == r.norm) & (library != lib), "family_optimality"]

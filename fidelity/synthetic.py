@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 # torch-free: fidelity must not import the torch-side harness
-from attackaudit.results.schema import ROW_COLUMNS, parse_model_name, with_invalid_reason
+from attackaudit.results.schema import ROW_COLUMNS, AttackId, parse_model_name, with_invalid_reason
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:
@@ -32,8 +32,8 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
     ``clean_correct`` is ``best > 0``. Every per-sample argument takes a scalar or N values."""
     best = np.asarray(best, dtype=float)
     n = best.size
-    library, _, name = implementation.partition("/")
-    attack = name.split(":")[0]
+    attack_id = AttackId.from_implementation(implementation, norm)
+    library, attack = attack_id.library, attack_id.name
     ret = best if returned is None else _per_sample(returned, n, float)
     idx = np.arange(n) if samples is None else np.asarray(samples)
     other = {"best_l0": best, "best_l1": best, "best_l2": best, "best_linf": best}

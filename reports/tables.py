@@ -19,7 +19,7 @@ from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
 from attackaudit.fidelity.yardstick_verdicts import annotate, manifest_settings, standing
-from attackaudit.results.schema import with_twin_columns
+from attackaudit.results.schema import with_implementation, with_twin_columns
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
 
@@ -124,8 +124,7 @@ def sample_distances(table: pd.DataFrame) -> pd.DataFrame:
     """Per (model, norm, implementation, version, sample): best distance (NaN → inf) and the model's
     ``twin`` kind, last row wins."""
     t = with_twin_columns(table.copy())
-    if "implementation" not in t.columns:
-        t["implementation"] = t["library"].astype(str) + "/" + t["attack"].astype(str)
+    t = with_implementation(t)
     for col in ("implementation", "library_version", "model", "norm"):
         t[col] = t[col].fillna("").astype(str)
     t["best_distance"] = pd.to_numeric(t["best_distance"], errors="coerce").astype(float).fillna(np.inf)
@@ -346,8 +345,7 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     runs = [Path(r) for r in (runs or [])]
     if table.empty:
         raise InputError("the result table is empty: nothing to report")
-    if "implementation" not in table.columns:
-        table = table.assign(implementation=table["library"].astype(str) + "/" + table["attack"].astype(str))
+    table = with_implementation(table)
     table = with_twin_columns(table)  # a table made before the twin columns: its model names read once
     for col in ("implementation", "library_version", "library", "attack", "family", "model", "norm", "base_model",
                 "twin"):

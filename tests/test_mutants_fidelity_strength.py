@@ -476,9 +476,9 @@ def test_is_strong_includes_the_threshold_itself(tmp_path, monkeypatch):
         strength.expectations.cache_clear()
 
 
-def _glob(rows):
-    return pd.DataFrame([dict(zip(["norm", "implementation", "library_version", "family", "optimality"], r))
-                         for r in rows])
+def _glob(rows):  # global_optimality's rows: the library column beside the implementation
+    return pd.DataFrame([dict(zip(["norm", "implementation", "library_version", "family", "optimality"], r),
+                              library=r[1].partition("/")[0]) for r in rows])
 
 
 def test_strength_findings_columns_siblings_and_verdicts():
@@ -493,8 +493,8 @@ def test_strength_findings_columns_siblings_and_verdicts():
         ("linf", "libb/fmn", "1", "fmn", 0.2),
         ("linf", "libe/apgd", "1", "apgd", 0.8),
     ]))
-    assert list(g.columns) == ["norm", "implementation", "library_version", "family", "optimality", "expected",
-                               "best_in_norm", "best_in_norm_impl", "sibling_best", "sibling_best_impl",
+    assert list(g.columns) == ["norm", "implementation", "library_version", "family", "optimality", "library",
+                               "expected", "best_in_norm", "best_in_norm_impl", "sibling_best", "sibling_best_impl",
                                "below_expected", "family_shortfall"]
     assert g["expected"].tolist()[:5] == [0.9755, 0.9755, 0.9755, 0.9887, 0.6722]
     assert g["expected"].iloc[5] == 0.9802 and g["expected"].iloc[8] == 0.99

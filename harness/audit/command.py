@@ -124,9 +124,9 @@ def implementation_records(diff) -> list[dict]:
 
 
 def _impl_keys(table):
-    impl = table["implementation"] if "implementation" in table.columns else \
-        table["library"].astype(str) + "/" + table["attack"].astype(str)
-    return impl.astype(str) + "|" + table["norm"].astype(str)
+    from attackaudit.results.schema import with_implementation
+
+    return with_implementation(table)["implementation"].astype(str) + "|" + table["norm"].astype(str)
 
 
 def flags_in_joint_context(own, other):

@@ -50,7 +50,7 @@ def run_pairs(config, plan) -> list[tuple[str, str]]:
     if not getattr(config, "exact", True) or config.targeted:
         return []
     models = admitted(list(config.models), config.dataset)
-    norms = {(j.twin.base_model, plan.specs.get(j.spec_key, {}).get("norm")) for j in plan.jobs}
+    norms = {(j.twin.base_model, j.attack.norm) for j in plan.jobs}
     return [(m, n) for m in models for n in NORM_ORDER if (m, n) in norms]
 
 

@@ -23,7 +23,7 @@ from attackaudit.run.config import ConfigError, RunConfig
 from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
 from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
-from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, parse_model_name
+from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, implementation_name, parse_model_name
 from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
                                       write_manifest)
 from attackaudit.sources.twins import has_job, is_randomised, run_twin_models, twin_samples
@@ -51,7 +51,7 @@ def _excluded_by(spec: AttackSpec, config: RunConfig) -> str:
     for flag, chosen, value in (("--families", config.families, spec.family), ("--norms", config.norms, spec.norm)):
         if chosen is not None and value.lower() not in {c.lower() for c in chosen}:  # PGD is pgd
             return flag
-    names = {n.lower() for n in (spec.key, spec.implementation, f"{spec.library}/{spec.name}")}
+    names = {n.lower() for n in (spec.key, spec.implementation, implementation_name(spec.library, spec.name))}
     if config.attacks is not None and not any(a.lower() in names for a in config.attacks):
         return "--attacks"
     return ""
@@ -71,8 +71,8 @@ def _criterion_skip(spec: AttackSpec, targeted: bool) -> tuple[str, str]:
 def _job(config: RunConfig, model: Twin, spec: AttackSpec, plugin_ref: str) -> Job:
     """The job of ``spec`` on ``model``; ``plugin_ref``: the ``--plugin`` file that defines the
     spec (``PluginSource.ref``, pinned to its content) or "" for a built-in or entry-point spec."""
-    return Job(run=config.name, model=model.name, twin=model, spec_key=spec.key, dataset=config.dataset,
-               samples=twin_samples(model, config.samples, config.split_samples),
+    return Job(run=config.name, model=model.name, twin=model, spec_key=spec.key, attack=spec.id,
+               dataset=config.dataset, samples=twin_samples(model, config.samples, config.split_samples),
                seed=config.seed, budget=config.budget, targeted=config.targeted, device=config.device,
                batch_size=config.batch_size, plugins=(plugin_ref,) if plugin_ref else (),
                steps_scale=config.steps_scale,
@@ -87,7 +87,7 @@ def _unmatched(entries: list, config: RunConfig) -> list[str]:
     specs = [s for e in entries if e.available and (config.libraries is None or e.library in config.libraries
                                                     or e.plugin is not None) for s in e.specs]
     known = {"--families": {s.family for s in specs},
-             "--attacks": {n for s in specs for n in (s.key, s.implementation, f"{s.library}/{s.name}")}}
+             "--attacks": {n for s in specs for n in (s.key, s.implementation, implementation_name(s.library, s.name))}}
     out = []
     for flag, values in (("--families", config.families), ("--attacks", config.attacks)):
         lower = {k.lower(): k for k in known[flag]}  # names match in any case: the nearest too
@@ -284,7 +284,7 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         supersede(run_dir, {j.job_id for j in p.jobs})
     changed = changed_libraries(run_dir, p.versions)
     if changed:  # a job id names the spec, not the release: a resumed job would keep the old one's rows
-        supersede(run_dir, {j.job_id for j in p.jobs if j.spec_key.split("/", 1)[0] not in changed})
+        supersede(run_dir, {j.job_id for j in p.jobs if j.attack.library not in changed})
         say("finished jobs of " + ", ".join(f"{lib} ({old} -> {new})" for lib, (old, new) in sorted(changed.items()))
             + " run again: the installed release is not the one that made their results")
     for note in p.notes:

@@ -23,7 +23,7 @@
 ``--metamorphic`` adds all three on the first real model of the run (``run_twin_models``), beside
 the model twins ``~shift`` and ``~perm`` on every model (``attackaudit.sources.zoo``). Whether an
 attack is randomised is measured by the job (``rng_used``: its call moved a global random state);
-``RANDOMISED_BUILTINS`` and a plugin's ``randomised`` only decide which specs get a seed twin.
+a spec's ``randomised`` and ``moves_global_rng`` only decide which specs get a seed twin.
 """
 from __future__ import annotations
 
@@ -37,46 +37,28 @@ from attackaudit.results.schema import BATCH, RUN_TWINS, SEED, SPLIT, Twin
 #: the seed twin's global seed and ``seed`` parameter are the job's plus this
 SEED_OFFSET = 1
 
-#: built-in implementations whose results depend on the seed, measured: every built-in spec run
-#: twice on 4 digits (digits-mlp, 0.1 of its steps, budget 400), seeds 0 and 1 (and, for specs
-#: with a ``seed`` parameter, that parameter 0 and 1); these gave different returned outputs or
-#: best distances, every other built-in gave identical ones. Random starts (PGD, APGD), random
-#: draws inside the iteration (ART's JSMA, torchattacks' SparseFool).
-RANDOMISED_BUILTINS = frozenset({
-    "adv_lib/apgd", "adv_lib/apgd:ce", "adv_lib/apgd_targeted", "adv_lib/pgd_linf",
-    "foolbox/L1ProjectedGradientDescentAttack", "foolbox/L2ProjectedGradientDescentAttack",
-    "foolbox/LinfProjectedGradientDescentAttack",
-    "art/AutoProjectedGradientDescent:ce", "art/AutoProjectedGradientDescent:dlr", "art/SaliencyMapMethod",
-    "torchattacks/APGD:ce", "torchattacks/APGD:dlr", "torchattacks/APGDT", "torchattacks/PGD",
-    "torchattacks/PGDL2", "torchattacks/SparseFool",
-    "cleverhans/projected_gradient_descent",
-})
-
-
-#: built-ins that move a global random state (torch's) in their call although their results did
-#: not depend on the seed (measured as above, ``rng_used``; ART builds its classifier wrapper, and
-#: foolbox's DDN and adv-lib's VFGA draw numbers they never use on the digits): they get a seed twin
-#: too, so that the batch twins, which see ``rng_used``, have a measured floor (a seed twin equal to
-#: its model on every image says "deterministic": fidelity/twins.py)
-RNG_MOVING_BUILTINS = frozenset({
-    "adv_lib/vfga", "foolbox/DDNAttack", "art/BasicIterativeMethod", "art/CarliniL2Method",
-    "art/CarliniLInfMethod", "art/DeepFool", "art/ElasticNet", "art/ProjectedGradientDescent",
-})
-BUILTIN_LIBRARY_NAMES = frozenset({"adv_lib", "foolbox", "art", "torchattacks", "cleverhans"})
-
 
 def is_randomised(spec) -> bool:
-    """Whether ``spec``'s results depend on the seed: a spec that says so (``randomised=True``,
-    for plugins) or a measured built-in (``RANDOMISED_BUILTINS``)."""
-    return bool(getattr(spec, "randomised", False)) or spec.implementation in RANDOMISED_BUILTINS
+    """Whether ``spec``'s results depend on the seed, as it declares (``AttackSpec.randomised``:
+    measured for the built-ins, ``spec.declare_randomness``)."""
+    return bool(spec.randomised)
 
 
 def needs_seed_twin(spec) -> bool:
     """Whether ``--metamorphic`` gives ``spec`` a seed twin: randomised ones, built-ins that move a
-    global random state (``RNG_MOVING_BUILTINS``), and every plugin spec, declared or not (whether
-    a plugin draws random numbers is measured on its rows, ``rng_used``, never taken from its spec)."""
-    return (is_randomised(spec) or spec.implementation in RNG_MOVING_BUILTINS
-            or spec.library not in BUILTIN_LIBRARY_NAMES)
+    global random state (``AttackSpec.moves_global_rng``), and every plugin spec, declared or not
+    (whether a plugin draws random numbers is measured on its rows, ``rng_used``, never taken from its spec)."""
+    from attackaudit.adapters import BUILTIN_LIBRARIES
+
+    return is_randomised(spec) or spec.moves_global_rng or spec.library not in BUILTIN_LIBRARIES
+
+
+def randomised_builtins() -> frozenset[str]:
+    """The built-in implementations whose specs declare ``randomised`` (the installed libraries'),
+    for the benchmarks that measure seed noise."""
+    from attackaudit.adapters import BUILTIN_LIBRARIES, catalogue
+
+    return frozenset(s.implementation for e in catalogue(list(BUILTIN_LIBRARIES)) for s in e.specs if s.randomised)
 
 
 def run_twin_models(models: list[Twin]) -> list[Twin]:
