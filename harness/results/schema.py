@@ -69,6 +69,56 @@ def with_twin_columns(rows):
     return rows.assign(base_model=[t.base_model for t in twins], twin=[t.kind for t in twins])
 
 
+def implementation_name(library: str, name: str, variant: str = "") -> str:
+    """The one writer of an implementation's name, ``library/name[:variant]`` (the ``implementation``
+    column; with the norm, one line of the leaderboard)."""
+    return f"{library}/{name}:{variant}" if variant else f"{library}/{name}"
+
+
+def with_implementation(rows):
+    """``rows`` (a DataFrame with ``library`` and ``attack``) with the ``implementation`` column made
+    by ``implementation_name`` where it is missing (a table made by hand)."""
+    if "implementation" in rows.columns:
+        return rows
+    return rows.assign(implementation=[implementation_name(lib, attack) for lib, attack in
+                                       zip(rows["library"].astype(str), rows["attack"].astype(str))])
+
+
+@dataclass(frozen=True)
+class AttackId:
+    """Which attack implementation a spec, a job or a row is: its library, the attack's name there,
+    the variant that tells two specs of one attack and norm apart ("" for none) and the norm.
+    Rows carry it as the ``library``, ``attack``, ``implementation`` and ``norm`` columns."""
+
+    library: str
+    name: str
+    variant: str = ""
+    norm: str = ""
+
+    @property
+    def implementation(self) -> str:
+        return implementation_name(self.library, self.name, self.variant)
+
+    @property
+    def key(self) -> str:
+        """The spec's catalogue key, ``library/name[:variant]/norm``."""
+        return f"{self.implementation}/{self.norm}"
+
+    @classmethod
+    def from_key(cls, key: str) -> AttackId:
+        """A catalogue key read (a job made from its key alone)."""
+        implementation, _, norm = key.rpartition("/")
+        return cls.from_implementation(implementation, norm)
+
+    @classmethod
+    def from_implementation(cls, implementation: str, norm: str = "") -> AttackId:
+        """The one reader of an implementation's name, ``library/name[:variant]`` (``implementation_name``'s
+        inverse), for a job or a hand-made row that gives the name alone."""
+        library, _, attack = implementation.partition("/")
+        name, _, variant = attack.partition(":")
+        return cls(library, name, variant, norm)
+
+
 #: evidence for fallback outputs, batch composition and ε use (absent in older runs, where those
 #: rules do not apply): ``returned_fallback``, "" or what the attack returned instead of a search
 #: result that would have counted as broken (a default output: "all-zero image", "constant 0.5

@@ -27,7 +27,7 @@ import attackaudit.sources.twins as twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
-from attackaudit.results.schema import DEFAULT_BUDGET, PERM, ROW_COLUMNS, UNSUPPORTED, Twin, error_line, parse_model_name
+from attackaudit.results.schema import DEFAULT_BUDGET, PERM, ROW_COLUMNS, UNSUPPORTED, AttackId, Twin, error_line, parse_model_name
 from attackaudit.measure.success import is_success
 from attackaudit.measure.tracker import QueryTracker
 from attackaudit.run.outcome import OK, InvalidOutput, Outcome, output_check, output_problem  # noqa: F401
@@ -47,7 +47,7 @@ class Job:
 
     run: str
     model: str  # the model's name: its source, and ``~KIND`` for a twin (``twin``)
-    spec_key: str
+    spec_key: str  # the spec's catalogue key (``attack``), the worker finds the spec by it
     dataset: str = "digits"
     samples: int = 32
     seed: int = 0
@@ -64,24 +64,28 @@ class Job:
     trust_checkpoint: bool = False  # unpickle checkpoints in full
     #: which twin of which base model ``model`` is; None: read from ``model`` (a Job made by hand)
     twin: Twin = None  # type: ignore[assignment]
+    #: which attack implementation and norm ``spec_key`` is; None: read from the key (a Job made by hand)
+    attack: AttackId = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.twin is None:
             object.__setattr__(self, "twin", parse_model_name(self.model))
+        if self.attack is None:
+            object.__setattr__(self, "attack", AttackId.from_key(self.spec_key))
 
     @property
     def spec_source(self) -> SpecSource:
         """Where the job's spec is defined: its ``--plugin`` file, else the built-in adapter or
-        entry point named by the key's library. The worker imports just that (``resolve_spec``)."""
-        return SpecSource(self.spec_key.split("/", 1)[0], self.plugins[0] if self.plugins else "")
+        entry point named by the attack's library. The worker imports just that (``resolve_spec``)."""
+        return SpecSource(self.attack.library, self.plugins[0] if self.plugins else "")
 
     @property
     def job_id(self) -> str:
         fields = asdict(self) | {"run": ""}
         # loading permissions never change results; the RobustBench options only count when set,
-        # so the ids of zoo jobs stay what they were before these fields existed; the twin is
-        # the model's name read, already in the id
-        for key in ("allow_download", "trust_checkpoint", "twin"):
+        # so the ids of zoo jobs stay what they were before these fields existed; the twin and the
+        # attack are the model's name and the spec key read, already in the id
+        for key in ("allow_download", "trust_checkpoint", "twin", "attack"):
             fields.pop(key)
         for key in ("model_dir", "threat_model"):
             if not fields[key]:
@@ -383,15 +387,14 @@ def _defect_columns(tracker: QueryTracker, x: Tensor, returned: Tensor | None,
 def failure_rows(job: Job, subset: Subset, status: str, error: str, spec: AttackSpec | None = None,
                  library_version: str = "", clean_correct: np.ndarray | None = None) -> pd.DataFrame:
     """Rows for a job that produced nothing (worker died, timed out, spec missing)."""
-    implementation, _, norm = job.spec_key.rpartition("/")
-    library, _, name = implementation.partition("/")
+    attack = job.attack
     return pd.DataFrame({
         "run": job.run, "job_id": job.job_id, "model": job.model, "base_model": job.twin.base_model,
         "twin": job.twin.kind, "dataset": subset.dataset,
         "subset_hash": subset.hash, "sample": subset.indices, "label": subset.labels.numpy(),
         "clean_correct": clean_correct if clean_correct is not None else False,
-        "library": library, "library_version": library_version, "attack": name.split(":")[0],
-        "implementation": implementation, "family": spec.family if spec else "", "norm": norm,
+        "library": attack.library, "library_version": library_version, "attack": attack.name,
+        "implementation": attack.implementation, "family": spec.family if spec else "", "norm": attack.norm,
         "kind": spec.kind.value if spec else "", "params_hash": spec.params_hash if spec else "",
         "params": json.dumps(dict(spec.params), sort_keys=True, default=str) if spec else "{}",
         "targeted": job.targeted, "target": -1, "budget": job.budget, "forwards": 0, "backwards": 0,
