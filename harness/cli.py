@@ -101,7 +101,7 @@ def _steps_scale_effect(spec) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     import torch
 
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
     from attackaudit.sources.zoo import ZOO, load_model
 
     x, y = digits("test")
