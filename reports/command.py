@@ -1,76 +1,16 @@
-"""``attackaudit report DIR [DIR ...]`` and ``attackaudit compare DIR_A DIR_B``.
+"""``attackaudit compare DIR_A DIR_B``: the comparison of two runs (its arguments are
+``harness/cli/report.py``'s).
 
-Wiring for ``harness/cli.py``::
-
-    p = sub.add_parser("report", help=...);  add_arguments(p);          p.set_defaults(func=main)
-    p = sub.add_parser("compare", help=...); add_compare_arguments(p);  p.set_defaults(func=compare_main)
-
-Both functions return an exit code and raise ValueError with a one-line message for input the
-user must fix (a missing or empty run directory, several runs without ``--out``, ...).
+``compare_main`` returns an exit code and raises ``InputError`` with a one-line message for input
+the user must fix (a missing or empty run directory, runs made with other settings, ...).
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from . import FORMATS, write_report
 from .run_files import dump_json, load_runs, records
 from attackaudit.errors import InputError
-
-
-def _formats(values: list[str] | None) -> tuple[str, ...]:
-    if not values:
-        return FORMATS
-    out = []
-    for v in values:
-        for f in str(v).split(","):
-            f = f.strip().lower()
-            if f and f not in FORMATS:
-                raise InputError(f"--format {f!r}: choose from {', '.join(FORMATS)}")
-            if f:
-                out.append(f)
-    return tuple(dict.fromkeys(out)) or FORMATS
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``attackaudit report``."""
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (several are merged)")
-    parser.add_argument("--out", help="where to write the report and tables (default: the run directory; "
-                                      "required with several runs)")
-    parser.add_argument("--format", action="append", metavar="md|html|json",
-                        help="report formats to write (repeatable or comma-separated; default all three). "
-                             "CSV tables are always written.")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Write the report; prints the files written, the HTML report's path last."""
-    formats = _formats(getattr(args, "format", None))
-    written = write_report([Path(d) for d in args.dirs], Path(args.out) if args.out else None, formats)
-    tables = [p for name, p in written.items() if not name.startswith("report.")]
-    if tables:
-        print(f"tables: {', '.join(p.name for p in tables)} in {tables[0].parent}")
-    for name in ("report.json", "report.md", "report.html"):
-        if name in written:
-            print(f"{name.split('.')[1]} report: {written[name]}")
-    return 0
-
-
-def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``attackaudit compare``."""
-    parser.add_argument("run_a", metavar="DIR_A", help="the run before (e.g. the old library release)")
-    parser.add_argument("run_b", metavar="DIR_B", help="the run after")
-    parser.add_argument("--out", help="where to write diff.csv|json, audit.json, compare.md|html (default: DIR_B)")
-    parser.add_argument("--alpha", type=float, default=0.05,
-                        help="family-wise significance level of the paired tests (Holm), as in reports and flags")
-    parser.add_argument("--min-delta", dest="min_delta", type=float, default=None,
-                        help="materiality margin δ: the smallest per-image relative change in distance that counts "
-                             "(default 0.05); inside it a change is 'equivalent', beyond it 'different'")
-    parser.add_argument("--by-model", dest="by_model", action="store_true", help="one verdict per model too")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when any implementation regressed")
-    parser.add_argument("--across-settings", dest="across_settings", action="store_true",
-                        help="compare runs made with different settings (budget, samples, seed, --steps-scale, ...), "
-                             "each page and the output labelled with them; refused otherwise")
 
 
 def compare_main(args: argparse.Namespace) -> int:
@@ -124,21 +64,3 @@ def compare_main(args: argparse.Namespace) -> int:
     print(f"{', '.join(f'{n} {k}' for k, n in counts.items()) or 'nothing to compare'}; "
           f"audit: {out / 'audit.json'}; report: {out / 'compare.html'}")
     return 1 if getattr(args, "strict", False) and counts.get("regressed", 0) else 0
-
-
-def _standalone(argv: list[str] | None = None) -> int:
-    """``python -m attackaudit.reports.command report|compare ...`` until the CLI is wired."""
-    parser = argparse.ArgumentParser(prog="attackaudit")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_arguments(sub.add_parser("report"))
-    add_compare_arguments(sub.add_parser("compare"))
-    args = parser.parse_args(argv)
-    try:
-        return main(args) if args.command == "report" else compare_main(args)
-    except ValueError as exc:
-        print(f"attackaudit: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_standalone())

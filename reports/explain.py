@@ -5,16 +5,12 @@ and norm and why (the recommendation's verdict, its place in the trust set or wh
 its local optimality ξ on every model, and the images where it falls furthest behind the envelope
 (the smallest distance any implementation found on that image).
 
-Wiring for ``harness/cli.py``::
-
-    p = sub.add_parser("explain", help=...); add_arguments(p); p.set_defaults(func=main)
-
-``main`` returns 0 and raises ValueError with a one-line message for input the user must fix
-(a missing run, an implementation the run does not hold, an ambiguous name, a norm it did not run).
+Its arguments and entry point are ``harness/cli/explain.py``'s; ``explain`` raises ``InputError`` with
+a one-line message for input the user must fix (a missing run, an implementation the run does not
+hold, an ambiguous name, a norm it did not run).
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -28,16 +24,6 @@ from attackaudit.errors import InputError
 
 #: images listed per model and norm under "furthest behind the envelope"
 WORST_IMAGES = 5
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``attackaudit explain``."""
-    parser.add_argument("run", metavar="RUN", help="a run directory")
-    parser.add_argument("implementation", metavar="IMPLEMENTATION",
-                        help="library/name[:variant] as the report names it (a unique part of it is enough)")
-    parser.add_argument("--norm", help="only this norm (l0, l1, l2, linf)")
-    parser.add_argument("--images", type=int, default=WORST_IMAGES,
-                        help=f"images listed per model as furthest behind the envelope (default {WORST_IMAGES})")
 
 
 def resolve_implementation(names: list[str], wanted: str) -> str:
@@ -183,13 +169,3 @@ def explain(run: Path, implementation: str, norm: str | None = None, images: int
                            f"({gap}; d* by {r.found_by or '?'})")
             out.append("")
     return out[:-1] if out and out[-1] == "" else out
-
-
-def main(args: argparse.Namespace) -> int:
-    """Print the story of one implementation of a run."""
-    images = int(getattr(args, "images", WORST_IMAGES))
-    if images < 0:
-        raise InputError(f"--images {images}: give 0 or more")
-    for line in explain(Path(args.run), args.implementation, getattr(args, "norm", None), images):
-        print(line)
-    return 0

@@ -22,7 +22,10 @@ PACKAGES = {"harness": "attackaudit", "adapters": "attackaudit.adapters",
 AUDIT_APP = {"attackaudit.audit", "attackaudit.audit.command", "attackaudit.audit.env", "attackaudit.audit.resolve",
              "attackaudit.audit.bisect"}
 #: entry points that may wire every layer together
-ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__", "attackaudit.api"}  # api: the notebook entry
+ENTRY_POINTS = {"attackaudit.cli", "attackaudit.__main__", "attackaudit.api",  # api: the notebook entry
+                # the command line's package: one module per command, its arguments and entry point
+                "attackaudit.cli.common", "attackaudit.cli.attacks", "attackaudit.cli.models", "attackaudit.cli.run",
+                "attackaudit.cli.report", "attackaudit.cli.explain", "attackaudit.cli.exact", "attackaudit.cli.audit"}
 #: the torch-free harness modules fidelity may import: the row schema and the one base exception
 TORCH_FREE_BASE = {"attackaudit.results.schema", "attackaudit.errors"}
 #: the harness modules that run jobs; reports and adapters stay clear of them
@@ -225,6 +228,7 @@ def test_the_audit_and_runner_sets_name_real_modules():
     modules = _modules()
     assert (AUDIT_APP | RUNNER | ENTRY_POINTS) <= set(modules), sorted((AUDIT_APP | RUNNER | ENTRY_POINTS) - set(modules))
     assert {m for m in modules if m.startswith("attackaudit.audit.")} <= AUDIT_APP
+    assert {m for m in modules if m.startswith("attackaudit.cli.")} <= ENTRY_POINTS
     assert {m for m in modules if m.startswith("attackaudit.run.") and m != "attackaudit.run.config"
             and m != "attackaudit.run.grid_args"} <= RUNNER
 
@@ -233,7 +237,8 @@ def test_the_harness_shows_the_architecture():
     """harness/ is sub-packages (issue 31): only the public entry points sit at its top, and the one
     base exception a caller of either catches (issue 52)."""
     top = {p.stem for p in (ROOT / "harness").glob("*.py")}
-    assert top == {"__init__", "__main__", "cli", "api", "errors"}, sorted(top)
+    assert top == {"__init__", "__main__", "api", "errors"}, sorted(top)
+    assert (ROOT / "harness" / "cli" / "__init__.py").is_file()  # the command line, one package
 
 
 def _sources(folders: tuple[str, ...]) -> list[Path]:

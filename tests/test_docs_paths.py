@@ -182,7 +182,7 @@ def test_a_planted_wrong_name_fails(planted: str, expected: str) -> None:
 
 def test_fidelity_readme_bare_names_resolve_in_fidelity() -> None:
     assert bare_problem("fidelity/README.md", "stats.py", []) == ""
-    assert bare_problem("fidelity/README.md", "exact.py", []) == "exact.py: no such file in fidelity/ or the repository"
+    assert bare_problem("fidelity/README.md", "milp.py", []) == "milp.py: no such file in fidelity/ or the repository"
     assert bare_problem("benchmarks/README.md", "overhead.py", []) == ""
     assert bare_problem("benchmarks/README.md", "speed.py", []) == "speed.py: no such file in benchmarks/ or the repository"
 

@@ -37,7 +37,7 @@ def test_input_errors_stay_value_errors_and_name_their_parameter():
 def _command_raising(monkeypatch, exc: BaseException) -> None:
     def boom(args):
         raise exc
-    monkeypatch.setattr(cli, "cmd_models", boom)
+    monkeypatch.setattr(cli.models, "cmd_models", boom)
 
 
 def test_an_attackaudit_error_is_a_one_line_usage_error(monkeypatch, capsys):

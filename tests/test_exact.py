@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from attackaudit.sources.subset import load_subset
+from attackaudit.sources.data import load_subset
 from attackaudit.exact.command import EXACT_COLUMNS, exact_path, run_exact
 from attackaudit.exact.encoding import UnsupportedLayer, check_encoding, encode_sequential
 from attackaudit.exact.solver import distance, forward, margin_to_label, minimal_distance
@@ -224,7 +224,7 @@ def test_below_exact_uses_base_model_for_twins_and_flags_proven_robust():
 def test_exact_subcommand_main(tmp_path, capsys):
     import argparse
 
-    from attackaudit.exact.command import add_arguments, main
+    from attackaudit.cli.exact import add_arguments, main
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -244,7 +244,7 @@ def test_exact_beside_a_run_solves_the_runs_own_subset(tmp_path, capsys):
     is a run whose recorded subset this version no longer draws."""
     import argparse
 
-    from attackaudit.exact.command import add_arguments, main
+    from attackaudit.cli.exact import add_arguments, main
     from attackaudit.results.store import write_manifest
 
     run = load_subset("digits", 2, 4)

@@ -289,7 +289,7 @@ def test_a_demo_sized_first_screen_shows_every_decided_answer(demo_run: Path, tm
 def compare_page(tmp_path_factory) -> Path:
     import argparse
 
-    from attackaudit.reports import command
+    from attackaudit.cli import report as command
 
     root = tmp_path_factory.mktemp("browser-compare")
     runs = []

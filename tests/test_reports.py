@@ -18,7 +18,7 @@ import pytest
 
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import write_report
-from attackaudit.reports import command
+from attackaudit.cli import report as command
 from attackaudit.reports.svg import shorten
 from attackaudit.results.store import write_job, write_manifest
 
@@ -263,7 +263,7 @@ def test_one_line_errors(tmp_path):
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     args = parser.parse_args(["A", "B", "--out", "O", "--format", "md,html", "--format", "json"])
-    assert args.dirs == ["A", "B"] and command._formats(args.format) == ("md", "html", "json")
+    assert args.dirs == ["A", "B"] and command.report_formats(args.format) == ("md", "html", "json")
 
 
 def test_compare_writes_audit_with_one_verdict_line_each(tmp_path, capsys):

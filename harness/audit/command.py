@@ -12,19 +12,16 @@ becomes ``OUT/audit.json``, ``OUT/diff.csv`` and the report section ``OUT/audit.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from attackaudit.audit.bisect import bisect, bisect_lines, index_releases, measures, version_key
 from attackaudit.audit.env import (Env, installed_version, is_current_interpreter, prepare_env, resolution_phrase, run_under,
                         unmet_phrase)
-from attackaudit.run.grid_args import add_grid_arguments, grid_flags
 from attackaudit.errors import InputError
 
 if TYPE_CHECKING:  # annotations only: the runner loads when the audit runs
@@ -422,29 +419,3 @@ def _write_pages(plan: _Plan, sides: list[Side], diff, tables, env_lines: list[s
     at = page.rfind("</body>")
     page = page[:at] + extra_html + page[at:] if at >= 0 else page + extra_html
     (out / "audit.html").write_text(page, encoding="utf-8")
-
-
-# -- command line -------------------------------------------------------------------------------
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("releases", nargs="+", metavar="LIB==V|LIB@PATH",
-                   help="one or two releases, e.g. adv-lib==0.2.6 adv-lib==0.2.8 (one: against the installed); "
-                        "LIB@PATH is a release candidate: a wheel, an sdist or a source tree")
-    p.add_argument("--out", required=True, help="audit directory: a run per release, audit.json, audit.md|html")
-    add_grid_arguments(p)
-    p.add_argument("--alpha", type=float, default=0.05,
-                   help="family-wise significance level of the paired tests (Holm), as in reports and flags")
-    p.add_argument("--min-delta", dest="min_delta", type=float, default=None,
-                   help="materiality margin δ: the smallest per-image relative change in distance that counts "
-                        "(default 0.05)")
-    p.add_argument("--eps", action="append", metavar="[NORM=]EPS", help="ε of fixed-ε robust accuracy, e.g. linf=0.03")
-    p.add_argument("--strict", action="store_true", help="exit 1 when an implementation regressed")
-    p.add_argument("--bisect", action="store_true",
-                   help="also bisect the releases between the two on the package index: the first release at "
-                        "which each changed implementation's verdict changed, with each tested release's ξ and ASR")
-
-
-def main(args: argparse.Namespace) -> int:
-    from attackaudit.fidelity.eps_use import parse_eps  # ValueError (one line) before anything runs
-    doc = audit(args.releases, args.out, grid_flags(args), alpha=args.alpha, min_delta=args.min_delta,
-                bisect_range=args.bisect, echo=lambda line: print(line, file=sys.stdout), eps=parse_eps(args.eps))
-    return 1 if args.strict and doc["counts"].get("regressed") else 0

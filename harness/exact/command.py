@@ -9,14 +9,12 @@ can be re-checked on the model; it is empty where none was found.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from attackaudit.exact.cache import EXACT_COLUMNS, write_atomic  # noqa: F401  (EXACT_COLUMNS: the table's columns)
-from attackaudit.errors import AttackauditError, InputError
+from attackaudit.errors import InputError
 
 
 def exact_path(out: Path, model: str, norm: str) -> Path:
@@ -38,7 +36,7 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     ValueError/KeyError for an unknown model, dataset or norm and ``UnsupportedLayer`` for a
     model the MILP cannot encode.
     """
-    from attackaudit.sources.subset import load_subset
+    from attackaudit.sources.data import load_subset
     from attackaudit.exact.cache import solve_subset
     from attackaudit.exact.solver import NORMS
 
@@ -73,51 +71,10 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
                              f"dataset {run[2]}); omit {flag} to solve the run's own subset, or use another --out")
     if None in run:
         raise InputError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
-    from attackaudit.sources.subset import load_subset
+    from attackaudit.sources.data import load_subset
 
     drawn = load_subset(run[2], int(run[0]), int(run[1])).hash
     if manifest.get("subset_hash") and drawn != manifest["subset_hash"]:
         raise InputError(f"the run in {out} attacked subset {manifest['subset_hash'][:12]}, but {run[0]} samples "
                          f"with seed {run[1]} now draw {drawn[:12]} (made by an older version?): rerun it first")
     return int(run[0]), int(run[1]), str(run[2])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="zoo model (ReLU MLP or small CNN)")
-    parser.add_argument("--norm", required=True, choices=["linf", "l1", "l0", "l2"],
-                        help="l0: fewest moved pixels; l2: a MIQP, solved by SCIP (pyscipopt)")
-    parser.add_argument("--samples", type=int, default=None,
-                        help="subset size, as in `run` (default: the run's own in OUT)")
-    parser.add_argument("--out", type=Path, required=True, help="run directory; writes OUT/exact/")
-    parser.add_argument("--seed", type=int, default=None, help="subset seed, as in `run` (default: the run's, else 0)")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per sample (default 60)")
-    parser.add_argument("--margin", type=float, default=1e-4,
-                        help="logit margin an adversarial must reach, in float64 (default 1e-4: "
-                             "float32 rounding of the logits undoes a 1e-6 margin)")
-    parser.add_argument("--dataset", default=None, help="dataset source (default: the run's, else digits)")
-    parser.add_argument("--no-cache", dest="no_cache", action="store_true",
-                        help="solve every sample again (default: reuse the shipped and cached answers)")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Exit 0 when done (time-limited samples are results, not failures), 2 on bad input."""
-    def report(row: dict) -> None:
-        if not getattr(args, "quiet", False):
-            print(f"sample {row['sample']}: {row['status']} distance {row['exact_distance']:.6g} "
-                  f"[{row['lower_bound']:.6g}, {row['upper_bound']:.6g}] "
-                  + (f"(known: solved in {row['solve_s']:.1f}s)" if row.get("cached") else f"in {row['solve_s']:.1f}s"),
-                  file=sys.stderr)
-
-    try:
-        samples, seed, dataset = run_subset(args.out, args.samples, args.seed, args.dataset)
-        table = run_exact(args.model, args.norm, samples, seed, args.out, args.time_limit,
-                          dataset=dataset, margin=args.margin, progress=report,
-                          use_cache=not getattr(args, "no_cache", False))
-    except (AttackauditError, KeyError, FileNotFoundError) as exc:  # the input's (KeyError: a model not in the zoo)
-        print(f"attackaudit exact: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
-    counts = table["status"].value_counts().to_dict()
-    print(f"{exact_path(args.out, args.model, args.norm)}: {len(table)} samples, "
-          + ", ".join(f"{k} {v}" for k, v in counts.items())
-          + f"; median solve {table['solve_s'].median():.2f}s")
-    return 0
