@@ -30,7 +30,7 @@ from torch import nn
 
 import attackaudit
 from attackaudit.run.executors import InProcessExecutor, LocalExecutor
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.zoo import load_model
 
 #: minimal and fixed-ε attacks of two libraries, L2 and L∞: 12 jobs of a few seconds each

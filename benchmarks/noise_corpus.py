@@ -75,7 +75,7 @@ CATEGORIES = ("model", "library", "library_version", "attack", "implementation",
 def _specs() -> tuple[list[str], list[str]]:
     """(randomised, deterministic) built-in spec keys of the installed libraries."""
     from attackaudit.adapters import catalogue
-    from attackaudit.sources.twins import is_randomised
+    from attackaudit.sources.run_twins import is_randomised
 
     rand, det = [], []
     for entry in catalogue(None):
@@ -94,7 +94,7 @@ def grids(samples: int, steps_scale: float, budget: int, work: Path,
     rand, det = _specs()
     if specs is not None:
         from attackaudit.adapters import catalogue
-        from attackaudit.sources.twins import is_randomised
+        from attackaudit.sources.run_twins import is_randomised
         known = {spec.key: spec for e in catalogue(None) if e.plugin is None and e.available for spec in e.specs}
         unknown = sorted(set(specs) - set(known))
         if unknown:

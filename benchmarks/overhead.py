@@ -231,7 +231,7 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     if "digits" in args.models:
-        from attackaudit.sources.data import load_subset
+        from attackaudit.sources.subset import load_subset
         from attackaudit.sources.zoo import load_model
 
         sub = load_subset("digits", 64, 0)

@@ -45,7 +45,7 @@ def real_seed_noise() -> np.ndarray:
     """(m,) per-image log ratios between two seeds of the corpus's randomised built-ins, centred
     per (implementation, norm) so that they carry spread and tails, not an effect."""
     import real_noise
-    from attackaudit.sources.twins import randomised_builtins
+    from attackaudit.sources.run_twins import randomised_builtins
 
     c = real_noise.load()
     w = real_noise._wide(c, "seed")

@@ -159,11 +159,11 @@ def ucb(k: int, n: int, level: float = UCB_LEVEL) -> float:
 
 
 def seed_noise(c: pd.DataFrame) -> pd.DataFrame:
-    """Per randomised attack and norm (``twins.randomised_builtins``: the harness also gives a seed twin
+    """Per randomised attack and norm (``run_twins.randomised_builtins``: the harness also gives a seed twin
     to built-ins that only move a random state), over the base models: on the live images both seeds broke,
     the sd of the per-image log ratio and the share beyond ±5%; the share of live images where
     only one seed broke (the failure endpoint's discordance)."""
-    from attackaudit.sources.twins import randomised_builtins
+    from attackaudit.sources.run_twins import randomised_builtins
     w = _wide(c, "seed")
     w = w[w["implementation"].isin(randomised_builtins())]
     live = _live(c)
@@ -213,7 +213,7 @@ def twin_differences(c: pd.DataFrame, twin: str) -> pd.DataFrame:
     as the rule leaves both out, and ``beyond`` the rest; with a seed twin, ``seed_differ`` counts the
     images where the two seeds differ (NaN without one)."""
     from attackaudit.fidelity.twins import BATCH_KINDS, BOUNDARY_KINDS, at_boundary, with_default_output
-    from attackaudit.sources.twins import randomised_builtins
+    from attackaudit.sources.run_twins import randomised_builtins
     rand = randomised_builtins()
     rtol = SHIFT_RTOL if twin == "shift" else SPLIT_RTOL
     w = _wide(c, twin)

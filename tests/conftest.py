@@ -35,7 +35,7 @@ def cnn():
 
 @pytest.fixture(scope="session")
 def subset8():
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     return load_subset("digits", 8, 0)
 
@@ -51,7 +51,7 @@ def model():
 @pytest.fixture(scope="module")
 def data():
     """Six digits test samples: (N×1×8×8 inputs in [0, 1], N labels)."""
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     sub = load_subset("digits", 6, 0)
     return sub.inputs, sub.labels

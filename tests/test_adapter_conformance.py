@@ -31,7 +31,7 @@ from reference_ledger import ReferenceLedger, assert_agree, same
 
 from attackaudit.adapters import AttackSpec, load_library, load_plugin_file
 from attackaudit.adapters.spec import spec_problem
-from attackaudit.sources.data import load_subset, random_targets
+from attackaudit.sources.subset import load_subset, random_targets
 from attackaudit.run.job import attack_with_tracker, output_problem, seed_everything
 from attackaudit.measure.tracker import QueryTracker
 

@@ -27,7 +27,7 @@ OLDEST = [("adv-lib", "0.2.2", "adv_lib"), ("foolbox", "3.2.1", "foolbox"),
 _RUN_ALL = r"""
 import json, sys, torch
 from attackaudit.adapters import load_library
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.run.job import attack_with_tracker
 from attackaudit.sources.zoo import load_model
 sub, model = load_subset("digits", 2, 0), load_model("digits-cnn")

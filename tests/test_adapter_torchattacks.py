@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attackaudit.adapters.release import Unsupported
-from attackaudit.sources.data import random_targets
+from attackaudit.sources.subset import random_targets
 from attackaudit.measure.tracker import QueryTracker
 
 from conftest import library_specs

@@ -20,7 +20,7 @@ from torch import nn
 
 import attackaudit
 from attackaudit.cli import main as cli_main
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.user_model import model_fingerprint
 from attackaudit.sources.zoo import load_model
 

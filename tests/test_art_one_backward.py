@@ -11,7 +11,7 @@ import torch
 from attackaudit.adapters import load_library
 from attackaudit.run.job import attack_with_tracker, seed_everything
 from attackaudit.measure.tracker import QueryTracker
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.sources.zoo import load_model
 
 ENTRY = load_library("art")

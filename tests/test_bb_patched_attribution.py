@@ -35,7 +35,7 @@ def mlp():
 
 @pytest.fixture(scope="module")
 def digits16():
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     sub = load_subset("digits", 16, 0)
     return sub.inputs, sub.labels

@@ -21,7 +21,7 @@ import attackaudit
 from attackaudit.cli import _run_flags, build_parser
 from attackaudit.cli import main as cli_main
 from attackaudit.run.config import load_toml, resolve
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.run.runner import plan
 
 PROBE = str(Path(__file__).parent / "plugins" / "probe.py")

@@ -25,7 +25,7 @@ from attackaudit.api import compare
 from attackaudit.cli import build_parser, main
 from attackaudit.run.config import ConfigError, RunConfig, resolve
 from attackaudit.run.runner import plan
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.sources.zoo import load_model
 
 PLUGINS = Path(__file__).parent / "plugins"

@@ -7,7 +7,7 @@ import torch
 from attackaudit.reports.answer import Answer, Member
 from attackaudit.reports.text import trust_text
 from attackaudit.sources.dataset_images import dataset_images
-from attackaudit.sources.data import dataset_size, digits
+from attackaudit.sources.subset import dataset_size, digits
 
 TOO_FEW = "cannot be decided on this dataset (needs ≈1220 images, it has 540)"
 

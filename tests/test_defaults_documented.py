@@ -148,7 +148,7 @@ def test_the_documented_executor_and_dataset_are_run_config_s():
 
 
 def test_the_documented_model_dir_and_threat_model_are_where_a_default_run_looks(tmp_path):
-    from attackaudit.sources.models import ModelSourceError, load_model_source
+    from attackaudit.sources.model_loader import ModelSourceError, load_model_source
 
     threat = {value for _, value in stated(r"`--threat-model` \(default `(\w+)`\)")}
     model_dir = {value for _, value in stated(r"`--model-dir` \(default `([^`]+)`\)")}

@@ -29,9 +29,9 @@ def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataF
     from attackaudit.adapters import catalogue
     from attackaudit.run.job import Job, job_rows as run_job
     from attackaudit.run.worker import job_companions, job_targets
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.results.schema import parse_model_name
-    from attackaudit.sources.twins import has_job
+    from attackaudit.sources.run_twins import has_job
     from attackaudit.sources.zoo import load_model
 
     libraries = sorted({k.split("/")[0] for k in keys} - {"defects"})
@@ -198,19 +198,19 @@ def test_batch_twin_companions_are_the_datasets_next_images():
     from attackaudit.run.job import Job
     from attackaudit.run.worker import job_companions
     from attackaudit.results.schema import parse_model_name
-    from attackaudit.sources import twins
-    from attackaudit.sources.data import load_subset, random_targets
+    from attackaudit.sources import run_twins
+    from attackaudit.sources.subset import load_subset, random_targets
 
-    assert twins.companions(parse_model_name("digits-mlp~batch"), 16, 360) == 8
-    assert twins.companions(parse_model_name("digits-mlp~batch"), 15, 360) == 8      # half, rounded up
-    assert twins.companions(parse_model_name("digits-mlp~batch"), 356, 360) == 4     # what the dataset has left
-    assert twins.companions(parse_model_name("digits-mlp~batch"), 360, 360) == 0     # none: half batches instead
-    assert twins.companions(parse_model_name("digits-mlp~batch"), 16, None) == 0
-    assert twins.companions(parse_model_name("digits-mlp"), 16, 360) == 0
-    assert twins.companions(parse_model_name("digits-mlp~split"), 16, 360) == 0
-    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16, companions=8) == 0      # one call
-    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16) == 8                    # two half batches
-    assert twins.batch_size(parse_model_name("digits-mlp~batch"), 4, 16, companions=8) == 4      # the user's batches
+    assert run_twins.companions(parse_model_name("digits-mlp~batch"), 16, 360) == 8
+    assert run_twins.companions(parse_model_name("digits-mlp~batch"), 15, 360) == 8      # half, rounded up
+    assert run_twins.companions(parse_model_name("digits-mlp~batch"), 356, 360) == 4     # what the dataset has left
+    assert run_twins.companions(parse_model_name("digits-mlp~batch"), 360, 360) == 0     # none: half batches instead
+    assert run_twins.companions(parse_model_name("digits-mlp~batch"), 16, None) == 0
+    assert run_twins.companions(parse_model_name("digits-mlp"), 16, 360) == 0
+    assert run_twins.companions(parse_model_name("digits-mlp~split"), 16, 360) == 0
+    assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16, companions=8) == 0      # one call
+    assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16) == 8                    # two half batches
+    assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 4, 16, companions=8) == 4      # the user's batches
     job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=True)
     comp = job_companions(job, 10)
     wide = load_subset("digits", 18, 0)
@@ -225,7 +225,7 @@ def test_the_first_companion_is_adversarial_before_any_step():
     from attackaudit.measure.success import is_success
     from attackaudit.run.job import Job
     from attackaudit.run.worker import job_companions
-    from attackaudit.sources.twins import already_adversarial
+    from attackaudit.sources.run_twins import already_adversarial
     from attackaudit.sources.zoo import load_model
 
     labels, crit = already_adversarial(torch.tensor([3, 4, 5]), Untargeted(), predicted=9, num_classes=10)

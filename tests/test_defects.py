@@ -172,10 +172,10 @@ TARGETED_SOUND = ["defects/pgd/linf", "adv_lib/ddn/l2", "torchattacks/PGD/linf",
 
 def _run(keys: list[str], models: list[str], targeted: bool) -> pd.DataFrame:
     from attackaudit.adapters import catalogue
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.run.job import Job, job_rows as run_job
     from attackaudit.results.schema import parse_model_name
-    from attackaudit.sources.twins import has_job
+    from attackaudit.sources.run_twins import has_job
     from attackaudit.run.worker import job_targets
     from attackaudit.sources.zoo import load_model
 

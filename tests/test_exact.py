@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.exact.command import EXACT_COLUMNS, exact_path, run_exact
 from attackaudit.exact.encoding import UnsupportedLayer, check_encoding, encode_sequential
 from attackaudit.exact.solver import distance, forward, margin_to_label, minimal_distance

@@ -17,7 +17,7 @@ from attackaudit.exact.cache import CACHE_COLUMNS, EXACT_COLUMNS, network_hash, 
 from attackaudit.exact.command import exact_path
 from attackaudit.exact.encoding import encode_sequential
 from attackaudit.exact.solver import distance, forward, margin_to_label
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.sources.zoo import load_model
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from attackaudit.exact.encoding import encode_sequential
 from attackaudit.exact.solver import distance, forward, margin_to_label, minimal_distance
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.sources.zoo import load_model
 
 M = 1e-6  # the solver's default decision margin

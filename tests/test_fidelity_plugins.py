@@ -67,7 +67,7 @@ ATTACKS = {"correct": ddn, "clean": returns_clean, "wander": wanders_off, "greed
 @pytest.fixture(scope="module")
 def result_table():
     from attackaudit.adapters import AttackSpec
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.run.job import Job, job_rows
     from attackaudit.sources.zoo import load_model
 

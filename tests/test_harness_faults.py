@@ -19,7 +19,7 @@ from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.reports import build
 from attackaudit.run.faults import HarnessFault, fault_line, last_exception
 from attackaudit.run.config import resolve
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.zoo import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ import sys
 import torch
 from torch import nn
 import attackaudit
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.zoo import load_model
 
 

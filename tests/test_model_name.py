@@ -11,7 +11,7 @@ from torch import nn
 
 import attackaudit
 from attackaudit.cli import main as cli_main
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.zoo import load_model
 
 GRID = dict(attacks=["adv_lib/fmn/linf", "adv_lib/pdpgd/linf"], samples=4, budget=60, steps_scale=0.1, workers=1)

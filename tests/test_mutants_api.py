@@ -21,7 +21,7 @@ from attackaudit import api
 from attackaudit.api import NOTEBOOK_FILE, Result, _members, _short
 from attackaudit.reports import write_report_data
 from attackaudit.reports.wording import speak_document
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.sources.zoo import load_model
 
 PROBE = str(Path(__file__).parent / "plugins" / "probe.py")

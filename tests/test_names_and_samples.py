@@ -4,7 +4,7 @@ Family, attack and norm names match in any case (``PGD`` is ``pgd``, ``Linf`` is
 model name with a typo is answered with the nearest zoo names as a family's is, and filters that
 match no attack say which library lacks which norm. ``--samples`` and ``compare(samples=...)``
 follow one rule: more than the data has attacks all of it, with a note, and the run records the
-number attacked (``harness/sources/data.py`` ``samples_note``)."""
+number attacked (``harness/sources/subset.py`` ``samples_note``)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import attackaudit
 from attackaudit.cli import main as cli_main
 from attackaudit.run.config import ConfigError, resolve
 from attackaudit.run.runner import plan
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 from attackaudit.sources.zoo import load_model
 
 

@@ -18,7 +18,7 @@ import torch
 
 from attackaudit.adapters import BUILTIN_LIBRARIES, AttackKind, AttackSpec, load_library
 from attackaudit.measure.minimal import EPS_START
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 
 SCALE = 0.1
 #: each row's multiple of the norm's starting ε: three values, interleaved so that neighbours differ

@@ -198,7 +198,7 @@ def _probe(model, inputs, labels, **kw):
 @pytest.mark.parametrize("kind, per_sample_eps, targeted", [
     ("minimal", False, False), ("minimal", False, True), ("fixed", False, False), ("fixed", True, True)])
 def test_run_is_called_as_the_protocols_say(kind, per_sample_eps, targeted):
-    from attackaudit.sources.data import random_targets
+    from attackaudit.sources.subset import random_targets
     from attackaudit.run.job import attack_with_tracker
 
     subset, model = tiny_problem()
@@ -360,7 +360,7 @@ def test_the_docs_plugin_loads_and_attacks_within_its_ball(tmp_path):
 
 @functools.lru_cache(maxsize=1)
 def tiny_problem():
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.sources.zoo import load_model
 
     return load_subset("digits", 4, 0), load_model("digits-mlp-tiny")
@@ -466,7 +466,7 @@ def test_an_attack_whose_outputs_leave_the_box_is_named_for_that_never_silent_fa
     import pandas as pd
 
     from attackaudit import fidelity
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.run.job import Job, job_rows
 
     subset, (_, model) = load_subset("digits", 12, 0), tiny_problem()

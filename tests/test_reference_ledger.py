@@ -235,7 +235,7 @@ def run_stream(model, x, y, norm, budget, ops, deferred, targeted=False):
 
 @pytest.fixture(scope="module")
 def pool():
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     sub = load_subset("digits", 6, 0)
     return sub.inputs, sub.labels

@@ -14,7 +14,7 @@ import pytest
 import attackaudit
 from attackaudit.adapters import load_library
 from attackaudit.cli import main as cli_main
-from attackaudit.sources.data import load_subset
+from attackaudit.sources.subset import load_subset
 from attackaudit.run.job import attack_with_tracker, seed_everything
 from attackaudit.sources.zoo import load_model
 

@@ -135,7 +135,7 @@ def test_the_cap_must_lie_above_the_first_look(tmp_path, capsys):
                      "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--until-decided 8 must be larger than --samples 8" in err[0]
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
     from attackaudit.sources.zoo import load_model
 
     x, y = digits("test")

@@ -18,13 +18,13 @@ import torch
 from torch import nn
 
 import attackaudit
-from attackaudit.sources import models as M
+from attackaudit.sources import model_loader as M
 from attackaudit.sources import robustbench_models as RB
-from attackaudit.sources.data import load_subset
-from attackaudit.sources.datasets import DataSourceError, load_dataset, parse_source
+from attackaudit.sources.subset import load_subset
+from attackaudit.sources.dataset_sources import DataSourceError, load_dataset, parse_source
 from attackaudit.run.job import attack_with_tracker
 from attackaudit.sources.model_checks import ModelCheckWarning, check_model
-from attackaudit.sources.models import ModelSourceError, Normalized, load_model_source, parse_model_source
+from attackaudit.sources.model_loader import ModelSourceError, Normalized, load_model_source, parse_model_source
 
 TINY_WRN = "Tiny2024Test"  # a RobustBench-style id registered by the tests, a WRN-10-1
 
@@ -378,7 +378,7 @@ def test_model_checks(cnn, subset8):
 # -- end to end ------------------------------------------------------------------------------------
 FAKE_ROBUSTBENCH = '''
 from enum import Enum
-from attackaudit.sources.models import WideResNet
+from attackaudit.sources.model_loader import WideResNet
 
 
 class BenchmarkDataset(Enum):

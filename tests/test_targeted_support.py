@@ -20,7 +20,7 @@ import torch
 
 from attackaudit.adapters import AttackSpec, load_library
 from attackaudit.run.job import attack_with_tracker, seed_everything
-from attackaudit.sources.data import load_subset, random_targets
+from attackaudit.sources.subset import load_subset, random_targets
 from attackaudit.sources.zoo import load_model
 
 LIBRARIES = ("adv_lib", "foolbox", "art", "torchattacks", "cleverhans")

@@ -94,7 +94,7 @@ def test_best_is_kept_when_last_iterate_is_worse(cnn, subset8):
 
 
 def test_targeted_best_requires_reaching_the_target(cnn, subset8):
-    from attackaudit.sources.data import random_targets
+    from attackaudit.sources.subset import random_targets
 
     x, y = subset8.inputs, subset8.labels
     targets = random_targets(y, 10, 0)
@@ -114,7 +114,7 @@ def test_targeted_best_requires_reaching_the_target(cnn, subset8):
 
 
 def test_clean_misclassified_have_distance_zero(cnn):
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
 
     x, y = digits("test")
     with torch.no_grad():
@@ -217,7 +217,7 @@ class _CountingModel(torch.nn.Module):
 
 
 def test_clean_logits_come_from_a_clean_first_query_or_one_extra_forward(cnn):
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
 
     x, y = digits("test")
     with torch.no_grad():

@@ -139,7 +139,7 @@ def test_the_ledger_names_a_wrong_arange():
 @pytest.fixture(scope="module")
 def digits():
     """Six distinct digits, flattened (6×64), and their input shape."""
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     x = load_subset("digits", 6, 0).inputs
     return x.reshape(len(x), -1), x.shape

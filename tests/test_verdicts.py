@@ -29,7 +29,7 @@ GRID = [
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
     from attackaudit.adapters import catalogue
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.run.job import Job, failure_rows, job_rows
     from attackaudit.sources.zoo import load_model
 
@@ -140,7 +140,7 @@ def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
     import torch
 
     from attackaudit.run.config import RunConfig
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.sources.zoo import perm_twin_classes
     from attackaudit.run.runner import plan
     from attackaudit.sources.zoo import class_permutation, load_model
@@ -148,7 +148,7 @@ def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
     config = RunConfig(out=str(tmp_path / "r"), models=["digits-mlp"], attacks=["adv_lib/ddn"], samples=4,
                        metamorphic=True)
     # ddn is deterministic: the batch-split and batch-composition twins, no seed twin
-    # (harness/sources/twins.py)
+    # (harness/sources/run_twins.py)
     assert {j.model for j in plan(config).jobs} == {"digits-mlp", "digits-mlp~shift", "digits-mlp~perm",
                                                     "digits-mlp~split", "digits-mlp~batch"}
     perm = class_permutation(10)

@@ -162,7 +162,7 @@ def tiny(tmp_path_factory):
     from attackaudit.exact.command import run_exact
     from attackaudit.run.job import Job, job_rows as run_job
     from attackaudit.run.worker import job_targets
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.sources.zoo import load_model
 
     specs = {s.key: (s, e.version) for e in catalogue(["yardplug"], plugins=(str(PLUGIN),)) for s in e.specs}

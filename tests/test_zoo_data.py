@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from attackaudit.sources.data import digits, load_subset, random_targets
+from attackaudit.sources.subset import digits, load_subset, random_targets
 from attackaudit.sources.zoo import ZOO, load_model
 
 
@@ -63,7 +63,7 @@ def test_subset_is_seeded_and_hashed():
     assert a.hash != c.hash
     assert len(a.hash) == 64
     # the hash is over the exact bytes: a one-ulp change moves it
-    from attackaudit.sources.data import subset_hash
+    from attackaudit.sources.subset import subset_hash
 
     x = a.inputs.clone()
     x[0, 0, 0, 0] = torch.nextafter(x[0, 0, 0, 0], torch.tensor(2.0))
@@ -73,7 +73,7 @@ def test_subset_is_seeded_and_hashed():
 def test_subsets_nest():
     """With one seed the first k samples of an n-sample subset are the k-sample subset, in order,
     for every k (``--samples 64`` extends a run of 16); another seed draws another subset."""
-    from attackaudit.sources.data import subset_indices
+    from attackaudit.sources.subset import subset_indices
 
     big = load_subset("digits", 64, 5)
     for k in (1, 7, 16, 63):
@@ -102,7 +102,7 @@ def test_models_command_lists_clean_accuracy():
 def test_the_perm_twin_is_checked_in_its_own_classes():
     # the twin answers σ[label]: checked against unmapped labels it would look like a broken model
     from attackaudit.run.config import resolve
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.sources.model_checks import check_models
 
     config = resolve(None, {"models": ["digits-cnn", "digits-cnn~perm"], "out": "unused"})

@@ -159,7 +159,7 @@ try:
     out.update(available=entry.available, reason=entry.reason, specs=[s.key for s in entry.specs])
     if smoke and entry.available:  # a pin went unmet: do its attacks run with the project's copies?
         import torch
-        from attackaudit.sources.data import load_subset
+        from attackaudit.sources.subset import load_subset
         from attackaudit.sources.zoo import load_model
         sub, model = load_subset("digits", 2, 0), load_model("digits-mlp")
         errors = {}

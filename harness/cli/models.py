@@ -10,7 +10,7 @@ from .common import print_table
 def cmd_models(args: argparse.Namespace) -> int:
     import torch
 
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
     from attackaudit.sources.zoo import ZOO, load_model
 
     x, y = digits("test")

@@ -3,7 +3,7 @@
 The network is its encoded layers' SHA-256 (``network_hash``: changed weights are another key;
 the log-softmax twin ``M~shift`` encodes to M's layers and shares its rows), the sample its index
 in the dataset and the SHA-256 of its input bytes and label, so nested subsets (a run of 64
-holds the 16 of a run of 16: ``sources.data``) reuse every solved sample. Rows come from, in
+holds the 16 of a run of 16: ``sources.subset``) reuse every solved sample. Rows come from, in
 order: the tables shipped with the package (``shipped/<model>__<norm>.parquet``: the first
 samples of seed 0's permutation for digits-mlp-tiny and digits-mlp, ``shipped/README.md``), the
 user's cache (``$ATTACKAUDIT_CACHE/exact``, else ``$XDG_CACHE_HOME/attackaudit/exact``, else
@@ -140,7 +140,7 @@ def store(rows: list[dict]) -> None:
 
 def load_network(model: str, dataset: str):
     """A zoo model by name; other model sources (``module:file.py:fn`` …) through
-    ``attackaudit.sources.models``."""
+    ``attackaudit.sources.model_loader``."""
     from attackaudit.results.schema import SHIFT, parse_model_name
     from attackaudit.sources.zoo import ZOO, load_model
 
@@ -148,7 +148,7 @@ def load_network(model: str, dataset: str):
     if twin.kind in ("", SHIFT) and twin.base_model in ZOO:
         return load_model(model)
     try:
-        from attackaudit.sources.models import load_model_source
+        from attackaudit.sources.model_loader import load_model_source
     except ImportError:
         return load_model(model)  # its KeyError names the zoo's models
     return load_model_source(model, dataset=dataset)
@@ -158,7 +158,7 @@ def training_candidates(dataset: str, label: int) -> np.ndarray | None:
     """Training points of other classes (N×D): misclassified ones seed the upper bound."""
     if dataset != "digits":
         return None
-    from attackaudit.sources.data import digits
+    from attackaudit.sources.subset import digits
 
     x, y = digits("train")
     return x[y != label].reshape(int((y != label).sum()), -1).double().numpy()
@@ -197,7 +197,7 @@ def _solve_one(layers, x0: np.ndarray, label: int, norm: str, dataset: str, time
 
 def solve_subset(model: str, norm: str, subset, time_limit: float, *, margin: float = 1e-4, use_cache: bool = True,
                  budget_s: float = np.inf, net=None, progress: Callable[[dict], None] | None = None) -> tuple[pd.DataFrame, dict]:
-    """Exact rows (EXACT_COLUMNS) of ``model`` on every sample of ``subset`` (``sources.data.Subset``).
+    """Exact rows (EXACT_COLUMNS) of ``model`` on every sample of ``subset`` (``sources.subset.Subset``).
 
     Known rows come from the shipped tables and the cache; the others are solved with
     ``time_limit`` seconds each and cached. Once ``budget_s`` seconds of solving are spent the

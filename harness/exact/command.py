@@ -36,7 +36,7 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     ValueError/KeyError for an unknown model, dataset or norm and ``UnsupportedLayer`` for a
     model the MILP cannot encode.
     """
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
     from attackaudit.exact.cache import solve_subset
     from attackaudit.exact.solver import NORMS
 
@@ -71,7 +71,7 @@ def run_subset(out: Path, samples: int | None, seed: int | None, dataset: str | 
                              f"dataset {run[2]}); omit {flag} to solve the run's own subset, or use another --out")
     if None in run:
         raise InputError(f"{out}/manifest.json does not record samples, seed and dataset; give them and another --out")
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     drawn = load_subset(run[2], int(run[0]), int(run[1])).hash
     if manifest.get("subset_hash") and drawn != manifest["subset_hash"]:

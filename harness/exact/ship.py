@@ -36,7 +36,7 @@ def export(model: str, norm: str, samples: int) -> pd.DataFrame:
     absent; a time-limited one is kept with its bounds."""
     from attackaudit.exact.cache import load_network
     from attackaudit.exact.encoding import encode_sequential
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     subset = load_subset(DATASET, samples, SEED)
     net_hash = network_hash(encode_sequential(load_network(model, DATASET), tuple(subset.inputs.shape[1:])))
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timings:
         print(timings().to_string(index=False))
         return 0
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     subset = load_subset(DATASET, args.samples, SEED)
     for model in args.model:

@@ -48,7 +48,7 @@ class Untargeted:
 @dataclass(frozen=True, eq=False)  # eq=False: comparing tensors elementwise is not equality
 class Targeted:
     """Success: the target's logit strictly above every other class's. ``targets``: N int64 target
-    classes, one per sample, never its label (``attackaudit.sources.data.random_targets``)."""
+    classes, one per sample, never its label (``attackaudit.sources.subset.random_targets``)."""
 
     targets: Tensor
     targeted: ClassVar[bool] = True

@@ -132,7 +132,7 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 
         config.device = "cuda" if torch.cuda.is_available() else "cpu"
     validate(config)
-    from attackaudit.sources.models import normalize_threat_model
+    from attackaudit.sources.model_loader import normalize_threat_model
 
     config.threat_model = normalize_threat_model(config.threat_model)
     return config
@@ -146,8 +146,8 @@ def validate(config: RunConfig) -> None:
 
     if not config.out:
         raise ConfigError("--out DIR is required: the directory the run's results go to")
-    from attackaudit.sources.datasets import DataSourceError, parse_source
-    from attackaudit.sources.models import ModelSourceError, normalize_threat_model, parse_model_source
+    from attackaudit.sources.dataset_sources import DataSourceError, parse_source
+    from attackaudit.sources.model_loader import ModelSourceError, normalize_threat_model, parse_model_source
 
     for model in config.models:
         base = parse_model_name(model).base_model

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from attackaudit.adapters import AttackKind, AttackSpec, SpecSource
 from attackaudit.adapters.release import Unsupported
 
-import attackaudit.sources.twins as twins
+import attackaudit.sources.run_twins as run_twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
@@ -34,7 +34,7 @@ from attackaudit.run.outcome import OK, InvalidOutput, Outcome, output_check, ou
 from attackaudit.sources.zoo import perm_twin_classes
 
 if TYPE_CHECKING:  # the subset's type only: the data module loads datasets, a worker imports it lazily
-    from attackaudit.sources.data import Subset
+    from attackaudit.sources.subset import Subset
 
 #: ``progress(samples done, samples in the job, fraction of the budget used in the running batch)``
 JobProgress = Callable[[int, int, float], None]
@@ -183,7 +183,7 @@ def _search_fixed(spec: AttackSpec, tracker: QueryTracker, inputs: Tensor, label
 
 @dataclass
 class Companions:
-    """The batch-composition twin's companions (``twins.companions``): P images of the dataset
+    """The batch-composition twin's companions (``run_twins.companions``): P images of the dataset
     outside the job's subset, attacked in the job's batch and never reported. ``inputs``:
     P×C×H×W, ``labels``: P, ``indices``: their dataset indices, ``criterion``: their targets."""
 
@@ -214,11 +214,11 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     older form, the targets or None, is read as these). ``progress(samples done, samples, budget
     fraction used in the current batch)`` is called as the job goes: after each batch, and while
     one runs. ``clean_logits`` (N×classes, from ``clean_logits``) spares each batch's tracker its
-    own clean forward. A run twin (``attackaudit.sources.twins``) runs the attack with another seed
+    own clean forward. A run twin (``attackaudit.sources.run_twins``) runs the attack with another seed
     (``M~seed``), one sample per call (``M~split``) or in another arrangement (``M~batch``: reversed,
     with ``companions`` in its batch, whose rows are dropped)."""
-    spec = twins.twin_spec(spec, job.twin)
-    seed_everything(twins.attack_seed(job.twin, job.seed))
+    spec = run_twins.twin_spec(spec, job.twin)
+    seed_everything(run_twins.attack_seed(job.twin, job.seed))
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # libraries that pick "the" GPU (ART) pick this one
@@ -228,7 +228,7 @@ def job_rows(job: Job, spec: AttackSpec, library_version: str, model: nn.Module,
     if job.twin.kind == PERM:  # the twin's classes are σ of the base model's
         labels, targets = perm_twin_classes(model, inputs, labels, criterion.targets, clean_logits)
         criterion = as_criterion(targets)
-    order = twins.arrangement(job.twin, len(labels))  # the batch-composition twin's order
+    order = run_twins.arrangement(job.twin, len(labels))  # the batch-composition twin's order
     indices = subset.indices
     if order is not None:
         inputs, labels, criterion, indices = inputs[order], labels[order], criterion.take(order), indices[order.numpy()]
@@ -275,11 +275,11 @@ def rng_state() -> tuple:
 def _attack_batches(job: Job, spec: AttackSpec, model: nn.Module, inputs: Tensor, labels: Tensor,
                     criterion: Criterion, log: TextIO | None, progress: JobProgress | None,
                     clean_logits: Tensor | None, companions: int = 0) -> list[BatchOutcome]:
-    """The attack on each batch of the job (``twins.batch_size``), one fresh tracker per batch;
+    """The attack on each batch of the job (``run_twins.batch_size``), one fresh tracker per batch;
     the last ``companions`` samples are the batch-composition twin's companions."""
     n = len(labels)
     outcomes = []
-    for sl in _batches(n, twins.batch_size(job.twin, job.batch_size, n - companions, companions)):
+    for sl in _batches(n, run_twins.batch_size(job.twin, job.batch_size, n - companions, companions)):
         on_queries = None
         if progress is not None:
             def on_queries(used: int, done: int = sl.start) -> None:

@@ -26,11 +26,11 @@ from attackaudit.run.job import Job
 from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, implementation_name, parse_model_name
 from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
                                       write_manifest)
-from attackaudit.sources.twins import has_job, is_randomised, run_twin_models, twin_samples
+from attackaudit.sources.run_twins import has_job, is_randomised, run_twin_models, twin_samples
 
 if TYPE_CHECKING:
     from attackaudit.adapters import AttackSpec
-    from attackaudit.sources.data import Subset
+    from attackaudit.sources.subset import Subset
 
 
 @dataclass
@@ -125,7 +125,7 @@ def plan(config: RunConfig) -> Plan:
     """The jobs of ``config``; raises ConfigError for names that match nothing."""
     from attackaudit.adapters import BUILTIN_LIBRARIES, PluginError, catalogue
 
-    from attackaudit.sources.data import load_subset, samples_note
+    from attackaudit.sources.subset import load_subset, samples_note
 
     known_libraries = set(BUILTIN_LIBRARIES)
     try:
@@ -291,7 +291,7 @@ def run(config: RunConfig, executor: Executor | None = None, say: Callable[[str]
         say(note)
     from attackaudit.sources.model_checks import check_models
 
-    from attackaudit.sources.data import dataset_size
+    from attackaudit.sources.subset import dataset_size
 
     model_checks = check_models(config, p.subset)  # loads every model once: bad sources fail here
     if not config.quiet:

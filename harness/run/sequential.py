@@ -76,7 +76,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
     the dataset's size; returns the summary of every look. ``executor`` and ``say`` as
     ``runner.run`` takes them (the later looks' plan notes, about their ``--attacks`` filter, are
     not said; each look is announced)."""
-    from attackaudit.sources.data import dataset_size
+    from attackaudit.sources.subset import dataset_size
 
     say = say or (lambda note: print(f"attackaudit: note: {note}", file=sys.stderr))
     start = time.perf_counter()

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-import attackaudit.sources.twins as twins
+import attackaudit.sources.run_twins as run_twins
 from attackaudit.adapters import AttackSpec, LibraryEntry, PluginError, SpecError, SpecSource
 from attackaudit.measure.criterion import Criterion, Targeted, Untargeted
 from attackaudit.run.faults import fix_for
@@ -28,7 +28,7 @@ from attackaudit.results.store import job_path, logs_dir, write_job
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from attackaudit.sources.data import Subset
+    from attackaudit.sources.subset import Subset
 
 
 @lru_cache(maxsize=8)
@@ -54,15 +54,15 @@ def resolve_spec(job: Job) -> tuple[AttackSpec | None, str, str]:
 @lru_cache(maxsize=4)
 def job_subset(dataset: str, samples: int, seed: int) -> Subset:
     """The job's evaluation subset, cached: a worker runs many jobs on the same subset."""
-    from attackaudit.sources.data import load_subset
+    from attackaudit.sources.subset import load_subset
 
     return load_subset(dataset, samples, seed)
 
 
 def load_job_model(job: Job) -> torch.nn.Module:
     """The job's model on the job's device: a zoo name (``NAME~shift`` too) or any model source
-    of ``attackaudit.sources.models`` (robustbench:, torchvision:, timm:, module:)."""
-    from attackaudit.sources.models import load_model_source
+    of ``attackaudit.sources.model_loader`` (robustbench:, torchvision:, timm:, module:)."""
+    from attackaudit.sources.model_loader import load_model_source
 
     return load_model_source(job.model, model_dir=job.model_dir, dataset=job.dataset,
                              threat_model=job.threat_model, allow_download=job.allow_download,
@@ -77,7 +77,7 @@ _CLEAN_ENTRIES = 16
 def _clean_logits(job: Job, model: torch.nn.Module, subset: Subset) -> Tensor:
     with torch.no_grad():  # a cheap fingerprint of the weights: a file changed between two runs
         weights = tuple(float(p.detach().flatten()[:64].double().sum()) for p in model.parameters())
-    batch_size = twins.batch_size(job.twin, job.batch_size)  # the batches the job's attack gets
+    batch_size = run_twins.batch_size(job.twin, job.batch_size)  # the batches the job's attack gets
     key = (job.model, job.model_dir, job.threat_model, job.dataset, job.samples, job.seed, job.device,
            batch_size, weights)
     if key not in _CLEAN:
@@ -90,20 +90,20 @@ def _clean_logits(job: Job, model: torch.nn.Module, subset: Subset) -> Tensor:
 def job_criterion(job: Job, subset: Subset, num_classes: int) -> Criterion:
     """The job's criterion: ``Untargeted()``, or with ``--targeted`` ``Targeted`` with the seeded
     random targets of the subset (one per sample, never its label; the same for every job of the run)."""
-    from attackaudit.sources.data import random_targets
+    from attackaudit.sources.subset import random_targets
 
     return Targeted(random_targets(subset.labels, num_classes, job.seed)) if job.targeted else Untargeted()
 
 
 def job_companions(job: Job, num_classes: int, model: torch.nn.Module | None = None) -> Companions | None:
-    """The batch-composition twin's companions (``twins.companions``): the dataset's images after
+    """The batch-composition twin's companions (``run_twins.companions``): the dataset's images after
     the job's subset in its order (subsets nest), with their targets drawn as the job's are; None
     on every other model. With ``model``, the first companion is made adversarial already
-    (``twins.already_adversarial``): an attack that stops the whole batch once one image is done
+    (``run_twins.already_adversarial``): an attack that stops the whole batch once one image is done
     then stops at once."""
-    from attackaudit.sources.data import dataset_size
+    from attackaudit.sources.subset import dataset_size
 
-    extra = twins.companions(job.twin, job.samples, dataset_size(job.dataset))
+    extra = run_twins.companions(job.twin, job.samples, dataset_size(job.dataset))
     if not extra:
         return None
     wide = job_subset(job.dataset, job.samples + extra, job.seed)
@@ -112,7 +112,7 @@ def job_companions(job: Job, num_classes: int, model: torch.nn.Module | None = N
     if model is not None:
         with torch.no_grad():
             predicted = model.to(job.device).eval()(wide.inputs[rows][:1].to(job.device)).argmax(1).cpu()
-        labels, criterion = twins.already_adversarial(labels, criterion, int(predicted[0]), num_classes)
+        labels, criterion = run_twins.already_adversarial(labels, criterion, int(predicted[0]), num_classes)
     return Companions(wide.inputs[rows], labels, wide.indices[rows], criterion)
 
 

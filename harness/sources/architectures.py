@@ -1,5 +1,5 @@
 """Architectures RobustBench uses, built without the robustbench package (its checkpoints are
-plain state dicts; ``attackaudit.sources.models`` loads them into these). Module and parameter names
+plain state dicts; ``attackaudit.sources.model_loader`` loads them into these). Module and parameter names
 follow RobustBench's definitions so its checkpoints load strictly.
 """
 from __future__ import annotations

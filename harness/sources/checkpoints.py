@@ -1,4 +1,4 @@
-"""Checkpoint trust policy and weight loading, for every model source (harness/sources/models.py).
+"""Checkpoint trust policy and weight loading, for every model source (harness/sources/model_loader.py).
 
 Files load with ``torch.load(weights_only=True)`` unless the user passes ``--trust-checkpoint``;
 a refusal is one line that says how to opt in. Third-party loaders (RobustBench) follow the same

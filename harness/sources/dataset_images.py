@@ -16,6 +16,6 @@ def dataset_images(manifests: list[dict]) -> int | None:
     names.discard("")
     if len(names) != 1:
         return None
-    from attackaudit.sources.data import dataset_size  # torch: only for runs that predate the record
+    from attackaudit.sources.subset import dataset_size  # torch: only for runs that predate the record
 
     return dataset_size(names.pop())

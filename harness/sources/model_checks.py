@@ -106,7 +106,7 @@ def check_models(config, subset) -> dict[str, dict]:
 
     Raises ModelSourceError / ModelCheckError (one line) when a model cannot be loaded or used.
     """
-    from attackaudit.sources.models import load_model_source
+    from attackaudit.sources.model_loader import load_model_source
     from attackaudit.results.schema import PERM, parse_model_name
     from attackaudit.sources.zoo import perm_twin_classes
 

@@ -1,6 +1,6 @@
 """A model source string parsed (syntax only: nothing is read), and the options it loads under.
 
-The syntax is the table in ``attackaudit.sources.models``; every error is a one-line
+The syntax is the table in ``attackaudit.sources.model_loader``; every error is a one-line
 ``ModelSourceError``.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Input normalisation as part of the model: attacks always see [0, 1] inputs.
 
 A model source's ``NORM`` option (``imagenet``, ``cifar10``, ``cifar100``, ``none`` or
-``M,M,M/S,S,S``; see ``attackaudit.sources.models``) becomes ``Normalized(model, mean, std)``;
+``M,M,M/S,S,S``; see ``attackaudit.sources.model_loader``) becomes ``Normalized(model, mean, std)``;
 the RobustBench architectures use these and ``PerSampleStandardized``.
 """
 from __future__ import annotations

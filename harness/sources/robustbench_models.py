@@ -28,7 +28,7 @@ def robustbench_path(model_dir: str, dataset: str, threat_model: str, name: str)
 
 
 def _robustbench_target(src: ModelSource, opts: LoadOptions) -> tuple[str, str]:
-    from attackaudit.sources.datasets import family
+    from attackaudit.sources.dataset_sources import family
 
     dataset = src.dataset or family(opts.dataset) or "cifar10"
     threat = src.threat_model or normalize_threat_model(opts.threat_model) or "Linf"

@@ -31,7 +31,7 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from attackaudit.sources.data import subset_hash
+from attackaudit.sources.subset import subset_hash
 from attackaudit.results.store import atomic_write_bytes
 from attackaudit.results.schema import error_line
 

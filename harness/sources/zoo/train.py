@@ -11,7 +11,7 @@ import json
 import torch
 from torch import Tensor, nn
 
-from attackaudit.sources.data import digits
+from attackaudit.sources.subset import digits
 import attackaudit.sources.zoo.WEIGHTS_DIR as WEIGHTS_DIR
 import attackaudit.sources.zoo.ZOO as ZOO
 import attackaudit.sources.zoo.ZooModel as ZooModel

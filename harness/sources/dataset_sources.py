@@ -3,7 +3,7 @@
 A dataset *source* is one string (``--dataset`` or ``dataset =`` in a CONFIG.toml):
 
 =====================================  ==========================================================
-``digits``                             the embedded 8×8 digits test split (``attackaudit.sources.data``)
+``digits``                             the embedded 8×8 digits test split (``attackaudit.sources.subset``)
 ``cifar10:DIR``                        CIFAR-10 test set: ``DIR`` is the ``cifar-10-batches-py``
                                        folder of the python version (or a folder holding it);
                                        ``test_batch`` is read

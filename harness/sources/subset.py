@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attackaudit.sources.datasets import digits, open_source  # digits re-exported: callers load it from here
+from attackaudit.sources.dataset_sources import digits, open_source  # digits re-exported: callers load it from here
 from attackaudit.errors import InputError
 
 
@@ -73,7 +73,7 @@ def select_subset(inputs: Tensor, labels: Tensor, size: int, seed: int, dataset:
 
 def load_subset(dataset: str, size: int, seed: int) -> Subset:
     """The evaluation subset of a dataset source: ``digits`` (embedded) or a local-file source
-    of ``attackaudit.sources.datasets`` (``cifar10:DIR``, ``imagenet:ROOT:LIST``, ``tensors:FILE``, ...).
+    of ``attackaudit.sources.dataset_sources`` (``cifar10:DIR``, ``imagenet:ROOT:LIST``, ``tensors:FILE``, ...).
 
     Only the chosen samples are decoded; raises ``DataSourceError`` (a ValueError) for a bad source.
     """
