@@ -20,6 +20,8 @@ Conventions shared by the whole package (fidelity/README.md explains why):
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -45,14 +47,34 @@ _DEFAULTS: dict[str, object] = {
 }
 
 
+#: the tables ``prepare`` returned and that are still alive, by ``id``: a report prepares its table once
+#: and hands that very table to every check, which then does not clean it again. Only the same object
+#: counts (a frame derived from it, filtered or with a column changed, is cleaned again), and an entry
+#: goes with its table, so a later table at the same address is never taken for it.
+_PREPARED: weakref.WeakValueDictionary[int, pd.DataFrame] = weakref.WeakValueDictionary()
+
+
+def is_prepared(table: pd.DataFrame) -> bool:
+    """Whether ``table`` is a table ``prepare`` returned (so ``prepare`` of it is a cheap copy)."""
+    return _PREPARED.get(id(table)) is table
+
+
+def _prepared(t: pd.DataFrame) -> pd.DataFrame:
+    _PREPARED[id(t)] = t
+    return t
+
+
 def prepare(table: pd.DataFrame) -> pd.DataFrame:
     """A cleaned copy of ``table``: missing optional columns filled, distances float with NaN as
     inf, one row per (model, norm, implementation, library_version, sample) (the last one wins, as
     a rerun's rows come after the original's), rows of status ``unsupported`` or ``harness_error`` dropped.
+    Idempotent: of a table it returned, only a copy (milliseconds; the caller's changes stay its own).
 
     Raises ValueError when a required column is missing or when targeted and untargeted rows are
     mixed (their envelopes measure different things).
     """
+    if is_prepared(table):
+        return _prepared(table.copy())
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise ValueError(f"result table lacks column(s) {', '.join(missing)}")
@@ -75,7 +97,7 @@ def prepare(table: pd.DataFrame) -> pd.DataFrame:
     t["targeted"] = t["targeted"].fillna(False).astype(bool)
     if t["targeted"].nunique() > 1:
         raise ValueError("the table mixes targeted and untargeted rows; split it by `targeted` first")
-    return one_family(t.drop_duplicates(JOB_KEY + ["sample"], keep="last").reset_index(drop=True))
+    return _prepared(one_family(t.drop_duplicates(JOB_KEY + ["sample"], keep="last").reset_index(drop=True)))
 
 
 def one_family(t: pd.DataFrame) -> pd.DataFrame:
@@ -105,8 +127,16 @@ def twins_of(t: pd.DataFrame) -> dict[str, tuple[str, str]]:
 
 
 def without_twins(t: pd.DataFrame) -> pd.DataFrame:
-    """Rows of real models only (twins exist for the metamorphic checks)."""
-    return t[~is_twin(with_twin_columns(t))] if len(t) else t
+    """Rows of real models only (twins exist for the metamorphic checks); of a ``prepare``d table,
+    prepared too (its rows are)."""
+    return prepared_rows(t, ~is_twin(with_twin_columns(t))) if len(t) else t
+
+
+def prepared_rows(t: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
+    """``t[rows]``; of a ``prepare``d table, known as prepared (a subset of clean rows is clean), so
+    that the checks it is handed to do not clean it again."""
+    part = t[rows]
+    return _prepared(part) if is_prepared(t) else part
 
 
 def long_distances(t: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:

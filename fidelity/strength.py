@@ -26,6 +26,7 @@ from scipy import stats
 
 from .equivalence import benjamini_hochberg
 from .known_defects import matches
+from ._table import prepared_rows
 from .optimality import global_optimality, local_optimality
 from .stats import ALPHA
 
@@ -108,7 +109,9 @@ def strength_findings(global_opt: pd.DataFrame) -> pd.DataFrame:
 def family_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None) -> pd.DataFrame:
     """Global ξ of every implementation against its own family's envelope (per family and norm),
     with ``family_sibling_best``: the best such ξ of its family in another library."""
-    parts = [global_optimality(sub, eps_max) for _, sub in table.groupby("family", sort=True)]
+    families = table["family"]
+    parts = [global_optimality(prepared_rows(table, families == f), eps_max)  # prepared once, by the caller
+             for f in sorted(families.dropna().unique())]
     fam = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["norm", "implementation", "library",
                                                                                    "library_version", "optimality"])
     fam = fam.rename(columns={"optimality": "family_optimality"})

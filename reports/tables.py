@@ -18,12 +18,12 @@ import pandas as pd
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
-from attackaudit.fidelity.yardstick_verdicts import annotate, manifest_settings, standing
+from attackaudit.fidelity.yardstick_verdicts import manifest_settings, standing
 from attackaudit.results.schema import with_implementation, with_twin_columns
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
-
 from attackaudit.errors import InputError
+
 #: statuses a job can end with that are not a clean finish
 FAILED_STATUSES = ("crash", "timeout", "invalid")
 
@@ -364,13 +364,16 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
         notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
         exact = None
-    flags_df, exact = _flags(table, repeats, exact, manifest_settings(manifests), notes)
-    board = fidelity.leaderboard(table)
-    side, pairs = fidelity.align(table)
-    rec, look_notes = recommend_looks(table, flags_df, board, runs, manifests)  # --until-decided: looks.py
-    rec = annotate(rec, standing(table, exact, manifest_settings(manifests)))  # each pick's ratio to its yardstick
-    flags_df, seeds = with_severity(flags_df), seed_twin_table(table, flags_df, declared_randomised(manifests))
-    local = fidelity.local_optimality(table)
+    prepared = fidelity.prepare(table)  # once per report: every fidelity check below takes it as it is
+    flags_df, exact = _flags(prepared, repeats, exact, manifest_settings(manifests), notes)
+    board = fidelity.leaderboard(prepared)
+    side, pairs = fidelity.align(prepared)
+    # each pick's ratio to its yardstick, on the first look's images; a later look's rows (--until-decided:
+    # looks.py) come annotated on their own images, as the runner judged them
+    rec, look_notes = recommend_looks(prepared, flags_df, board, runs, manifests,
+                                      standing(prepared, exact, manifest_settings(manifests)))
+    flags_df, seeds = with_severity(flags_df), seed_twin_table(prepared, flags_df, declared_randomised(manifests))
+    local = fidelity.local_optimality(prepared)
     crashes = _crashes(table)
     marks = fidelity.flagged(flags_df)
     board = board.assign(flags=[", ".join(marks.get((r.implementation, r.library_version, r.norm), []))
@@ -381,13 +384,13 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
     if exact is not None:
         try:
             from attackaudit.fidelity.true_optimality import true_optimality
-            true_opt = true_optimality(table, exact)
+            true_opt = true_optimality(prepared, exact)
         except Exception as exc:
             notes.append(f"Optimality against the exact distances failed ({_one_line(exc, 160)}).")
     summary, more = _summary(table, manifests, runs, board, flags_df, crashes)
     notes += look_notes + more + measurement_notes(table, local)
     # the per-sample distances and the envelope, once for the curves and the scatter plots
-    dist, env = sample_distances(table), fidelity.envelope(table)
+    dist, env = sample_distances(table), fidelity.envelope(prepared)
     curves = _curves(dist, env, local, exact)
     all_pairs = _pairs_for_plots(pairs, side, dist, env)
     families = []
