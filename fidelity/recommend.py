@@ -44,7 +44,8 @@ from .flag_kinds import BELOW_EXPECTED_STRENGTH, OPTIMALITY_GAP, WEAKNESS_FLAGS 
 from .leaderboard import leaderboard
 from .stats import ALPHA, holm
 from .class_failure import class_notes_of
-from .strength import expectations, expected, family_optimality, is_strong, shortfall_note, strength_findings
+from .strength import (expectations, expected, family_optimality, is_strong, is_weak, shortfall_note,
+                       strength_findings)
 from .twins import twin_notes
 
 RECOMMEND_COLUMNS = ["family", "norm", "verdict", "implementation", "library", "library_version", "optimality",
@@ -58,9 +59,6 @@ TIE_TOLERANCE = 1e-3
 #: bootstrap resamples (vectorised; a few hundred give the 2.5/97.5 percentiles to about ±0.01)
 N_BOOTSTRAP = 400
 BOOTSTRAP_SEED = 0
-#: an implementation with global ξ below this fraction of the best attack of its norm gets a
-#: weakness note (weak here, correct as far as the label evidence goes)
-WEAK_FRACTION = 0.5
 #: a pair whose endpoints disagree in direction: shown different, but neither is better overall
 MIXED_DECISION = ("the endpoints disagree (one breaks more images, the other is closer on the images both broke): "
                   "more images will not order them; choose by the endpoint your claim rests on (robust accuracy "
@@ -377,7 +375,7 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
     xi_top = float(top_row["optimality"])
     if xi_top == 0:
         members[0]["why_zero"] = f"ξ = 0: {what_happened(blocks, top, eps_max)}"
-    far = bool(np.isfinite(xi_norm) and xi_top < WEAK_FRACTION * xi_norm)
+    far = is_weak(xi_top, xi_norm)
     undecided = [m["images_to_decide"] for m in members[1:] if m["answer"] == "inconclusive"]
     # images that would decide whether the excluded were rightly excluded are not asked for
     need = max(undecided) if undecided else float("nan")
@@ -430,7 +428,7 @@ def _weak(g: pd.DataFrame, norm_best: pd.Series, excluded: set[int], top: int | 
                    f"{top_row['implementation']} has {float(top_row['optimality']):.3f})")
         elif OPTIMALITY_GAP in r["flags"]:
             why = f"weaker than the best of its family on some models (ξ {xi:.3f}; see its optimality_gap flags)"
-        elif np.isfinite(xi) and xi < WEAK_FRACTION * float(norm_best["best_in_norm"]):
+        elif np.isfinite(xi) and is_weak(xi, float(norm_best["best_in_norm"])):
             why = (f"weak here (ξ {xi:.3f}, under half of the best attack of {r['norm']}, "
                    f"{norm_best['best_in_norm_impl']} at {norm_best['best_in_norm']:.3f})")
         else:

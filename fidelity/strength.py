@@ -30,6 +30,17 @@ from ._table import prepared_rows
 from .optimality import global_optimality, local_optimality
 from .stats import ALPHA
 
+#: an implementation with global ξ below this fraction of the best attack of its norm in the run is
+#: weak there: it gets a weakness note (``recommend``), and the first screen marks its pick "weak"
+#: (a comparison across the families of one norm: not a flag, no verdict changes with it)
+WEAK_FRACTION = 0.5
+
+
+def is_weak(optimality: float, best_in_norm: float) -> bool:
+    """Whether global ξ ``optimality`` is under ``WEAK_FRACTION`` of ``best_in_norm``, the best
+    global ξ of its norm in the run: the one rule the summary's notes and the first screen share."""
+    return bool(np.isfinite(best_in_norm) and optimality < WEAK_FRACTION * best_in_norm)
+
 #: "far below": global ξ under this fraction of the family's published optimality AND under this
 #: fraction of the best global ξ of its norm here (README: sound strong implementations measure
 #: ≥ 0.8 on the demo, broken ones ≤ 0.1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attackaudit.fidelity.flag_kinds import defect_rows
-from attackaudit.fidelity.recommend import WEAK_FRACTION
+from attackaudit.fidelity.strength import WEAK_FRACTION, is_weak  # the rule is fidelity's; shown here
 from .answer import Answer
 from .formats import f_opt
 from .formats import f_ci
@@ -35,12 +35,9 @@ VERDICT_LABEL = {"clear": "clear", "tied": "tied", "inconclusive": "inconclusive
 DECIDED = ("clear", "tied", "only implementation")
 #: the pick column of a family where none is trusted
 NONE_TRUSTED = "none trusted"
-#: a pick whose global ξ is under this fraction of the best global ξ of its norm in the run is
-#: marked "weak" on its row of the first screen, with that best named: its family, however clear
-#: its verdict, is far from what the norm allows. It is fidelity.recommend's own fraction (its
-#: weakness notes and "far below the best attack of the norm"), so the first screen and the
-#: summary never disagree. A comparison across the families of one norm, shown: not a flag, and no
-#: verdict changes with it.
+#: a pick fidelity judges weak (``fidelity/strength.py`` ``is_weak``: global ξ under this fraction of
+#: the best of its norm in the run, the rule of the summary's weakness notes too) is marked "weak"
+#: on its row, with that best named; the fraction is here only to be printed in the legend
 WEAK_PICK_FRACTION: float = WEAK_FRACTION
 #: the first screen's columns (report.html and report.md): header, what it holds
 SCREEN_COLUMNS = (("family · norm", "family and norm; ⚑ k of n: k of the family's n implementations under this norm "
@@ -193,12 +190,6 @@ def weak_legend(rows: list[ScreenRow]) -> str:
             + "; ".join(f"{norm} {best.text}" for norm, best in sorted(bests.items())) + ".")
 
 
-def is_weak(optimality: float, best: NormBest | None) -> bool:
-    """Whether a pick of global ξ ``optimality`` is under ``WEAK_PICK_FRACTION`` of its norm's best."""
-    return (best is not None and math.isfinite(optimality) and math.isfinite(best.optimality)
-            and optimality < WEAK_PICK_FRACTION * best.optimality)
-
-
 def ordered(found: list[Answer]) -> list[Answer]:
     """``found`` as the first screen shows it: decided answers (``DECIDED``) first, then
     inconclusive, then none trusted; by family and norm within each."""
@@ -221,9 +212,9 @@ def screen_rows(found: list[Answer], bests: dict[str, NormBest]) -> list[ScreenR
         for i, (key, xi, ci, ys, ratio) in enumerate(shown):
             label = f"{key[0]} {key[1]}".strip() if names.count(key[0]) > 1 else key[0]
             out.append(ScreenRow(a, len(shown) if i == 0 else 0, key[0], key[1], xi, ci, list(a.flagged.get(key, [])),
-                                 best if is_weak(xi, best) else None, label, list(a.weaker.get(key, [])), ys, ratio))
+                                 best if best is not None and is_weak(xi, best.optimality) else None, label, list(a.weaker.get(key, [])), ys, ratio))
     return out
 
 
 __all__ = ["DECIDED", "NONE_TRUSTED", "SCREEN_COLUMNS", "SCREEN_KEY", "VERDICT_LABEL", "WEAK_PICK_FRACTION", "NormBest",
-           "ScreenRow", "is_weak", "norm_bests", "ordered", "screen_rows", "short_rerun", "weak_legend"]
+           "ScreenRow", "norm_bests", "ordered", "screen_rows", "short_rerun", "weak_legend"]

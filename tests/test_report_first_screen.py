@@ -181,7 +181,7 @@ def test_each_flag_count_sits_on_the_row_it_counts(screen):
 
 
 def test_a_pick_far_below_its_norms_best_is_marked_weak(screen):
-    from attackaudit.fidelity.recommend import WEAK_FRACTION
+    from attackaudit.fidelity.strength import WEAK_FRACTION
     from attackaudit.reports.first_screen import WEAK_PICK_FRACTION
 
     assert WEAK_PICK_FRACTION == WEAK_FRACTION == 0.5                # one fraction for the report and the summary
