@@ -11,6 +11,7 @@ KNOWN_VIOLATIONS with the reason it is still there; anything else fails.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,3 +288,41 @@ def test_the_size_check_measures_functions():
               "    return inner()\n\n\ndef long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
     lengths = function_lengths(source, "m.py")
     assert lengths == {"m.py:short": 5, "m.py:inner": 2, "m.py:long": MAX_FUNCTION_LINES + 1}
+
+
+#: a name that holds a p-value (``p``, ``p_value``, ``pvalue``, ``p_share``, ``sign_p``)
+P_VALUE_NAME = re.compile(r"^(p|pvalue|p_value|p_[a-z_]+|[a-z_]+_p)$")
+
+
+def _operand_name(node: ast.expr) -> str | None:
+    """The name an operand reads: ``p``, ``row.p_value``, ``row["p_value"]``, ``float(row["p"])``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Name) and node.func.id in ("float", "abs"):
+        return _operand_name(node.args[0])
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def p_value_judgements(source: str, module: str) -> list[str]:
+    """"module:line" of each ordering comparison with a p-value: a decision, which is fidelity's."""
+    found = []
+    for node in ast.walk(ast.parse(source, module)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops):
+            if any((n := _operand_name(o)) and P_VALUE_NAME.match(n) for o in [node.left, *node.comparators]):
+                found.append(f"{module}:{node.lineno}")
+    return found
+
+
+def test_reports_never_judge_a_p_value():
+    """Analysis in fidelity, rendering in reports (issue 52): no module of reports/ compares a p-value
+    with a threshold; it shows the verdict fidelity reached."""
+    found = [hit for p in _sources(("reports",)) for hit in p_value_judgements(p.read_text(), p.name)]
+    assert not found, found
+    # the check itself finds such a judgement, however the p-value is read
+    planted = "if p < 0.05:\n    x = 1\nok = float(row['p_value']) <= ALPHA\nsame = r.sign_p > 0.5\nn = p_count + 1\n"
+    assert p_value_judgements(planted, "m.py") == ["m.py:1", "m.py:3", "m.py:4"]
+    assert any(p_value_judgements(p.read_text(), p.name) for p in _sources(("fidelity",)))  # where they live
