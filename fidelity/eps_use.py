@@ -157,13 +157,13 @@ def parse_eps(values: list[str] | None) -> dict[str, float]:
         norm, _, value = text.rpartition("=")
         norm = norm.strip().lower() or "*"
         if norm not in ("*", "l0", "l1", "l2", "linf"):
-            raise InputError(f"--eps {text!r}: the norm must be l0, l1, l2 or linf (e.g. --eps linf=0.03)")
+            raise InputError(f"--eps {text!r}: the norm must be l0, l1, l2 or linf (e.g. --eps linf=0.03)", "eps")
         try:
             eps = float(value)
         except ValueError:
             eps = float("nan")
         if not (math.isfinite(eps) and eps > 0):
-            raise InputError(f"--eps {text!r}: ε must be a positive number (e.g. --eps linf=0.03)")
+            raise InputError(f"--eps {text!r}: ε must be a positive number (e.g. --eps linf=0.03)", "eps")
         out[norm] = eps
     return out
 

@@ -34,6 +34,16 @@ def test_input_errors_stay_value_errors_and_name_their_parameter():
     assert isinstance(error, ValueError) and error.parameter == "samples"
 
 
+def test_the_commands_own_checks_name_their_parameter():
+    from attackaudit.cli.report import report_formats
+    from attackaudit.fidelity.eps_use import parse_eps
+
+    for call, parameter in ((lambda: report_formats(["pdf"]), "format"), (lambda: parse_eps(["l3=0.1"]), "eps")):
+        with pytest.raises(InputError) as caught:
+            call()
+        assert caught.value.parameter == parameter and "\n" not in str(caught.value)
+
+
 def _command_raising(monkeypatch, exc: BaseException) -> None:
     def boom(args):
         raise exc

@@ -23,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
     """Print the story of one implementation of a run."""
     images = int(getattr(args, "images", WORST_IMAGES))
     if images < 0:
-        raise InputError(f"--images {images}: give 0 or more")
+        raise InputError(f"--images {images}: give 0 or more", "images")
     for line in explain(Path(args.run), args.implementation, getattr(args, "norm", None), images):
         print(line)
     return 0

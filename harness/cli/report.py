@@ -25,7 +25,7 @@ def report_formats(values: list[str] | None) -> tuple[str, ...]:
         for f in str(v).split(","):
             f = f.strip().lower()
             if f and f not in FORMATS:
-                raise InputError(f"--format {f!r}: choose from {', '.join(FORMATS)}")
+                raise InputError(f"--format {f!r}: choose from {', '.join(FORMATS)}", "format")
             if f:
                 out.append(f)
     return tuple(dict.fromkeys(out)) or FORMATS

@@ -41,11 +41,11 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
     from attackaudit.exact.solver import NORMS
 
     if norm not in NORMS:
-        raise InputError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only")
+        raise InputError(f"--norm {norm!r}: exact distances exist for {', '.join(NORMS)} only", "norm")
     if not margin >= 0:
-        raise InputError(f"--margin must be ≥ 0, got {margin}")
+        raise InputError(f"--margin must be ≥ 0, got {margin}", "margin")
     if time_limit <= 0:
-        raise InputError(f"--time-limit must be positive, got {time_limit}")
+        raise InputError(f"--time-limit must be positive, got {time_limit}", "time_limit")
     subset = load_subset(dataset, samples, seed)
     table, _ = solve_subset(model, norm, subset, time_limit, margin=margin, use_cache=use_cache, progress=progress)
     write_atomic(table, exact_path(out, model, norm))
