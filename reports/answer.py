@@ -21,6 +21,7 @@ import pandas as pd
 
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from attackaudit.fidelity.flag_kinds import defects, evidence_twins, weaknesses
+from attackaudit.fidelity.flags import LAST_NOT_BEST_RTOL  # 'returned worse': the last_not_best rule's margin
 from attackaudit.results.schema import SEED, Twin
 from .tables import Pair, ReportData
 
@@ -286,7 +287,7 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
         if r["refused"] > 0:
             why.append("queries refused")
             score += 2
-        if math.isfinite(d) and not math.isnan(ret) and (math.isinf(ret) or ret > 1.05 * d):
+        if math.isfinite(d) and not math.isnan(ret) and (math.isinf(ret) or ret > (1 + LAST_NOT_BEST_RTOL) * d):
             why.append("returned worse")
             score += 2
         if math.isfinite(ref) and ref > 0 and d > ref * (1 + 1e-9):
