@@ -143,6 +143,8 @@ def seeds(table: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
     twin = t["model"].str.contains("~")
     real = t[~twin]
     seed = t[t["model"].str.endswith("~seed")].assign(model=lambda x: x["model"].str.replace("~seed", "", regex=False))
+    if "twin" in seed.columns:  # the seed twin's rows stand in for their base model's: no twin any more
+        seed = seed.assign(twin="", base_model=seed["model"])
     out = [(0, real)]
     if len(seed):
         swapped = set(zip(seed["model"], seed["implementation"].astype(str), seed["norm"].astype(str)))

@@ -109,5 +109,7 @@ def table_from_arrays(dists: dict[str, np.ndarray], models: Sequence[str], *, fa
                         samples=np.tile(np.arange(n), len(d)),
                         labels=None if labels is None else np.tile(labels, len(d)))
         model = np.repeat(np.asarray(models, dtype=object), n)
-        jobs.append(rows.assign(model=model, job_id=[f"{m}__{impl}__{norm}" for m in model]))
+        twins = [parse_model_name(m) for m in model]  # the rows' twin columns follow the models they get
+        jobs.append(rows.assign(model=model, job_id=[f"{m}__{impl}__{norm}" for m in model],
+                                base_model=[t.base_model for t in twins], twin=[t.kind for t in twins]))
     return table(*jobs)

@@ -45,7 +45,8 @@ class Seen(types.SimpleNamespace):
     """What one ``compare`` call hands to the runner: the resolved config, its plan, the handoff."""
 
     def jobs(self) -> set[tuple]:
-        return {tuple(sorted(asdict(j).items())) for j in self.plan.jobs}
+        # a job's fields hold values (its twin, its attack's identity): compared by their repr
+        return {tuple(sorted((k, repr(v)) for k, v in asdict(j).items())) for j in self.plan.jobs}
 
 
 def call_compare(monkeypatch, out: Path, model, inputs, labels, **kwargs) -> Seen:

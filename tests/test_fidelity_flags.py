@@ -356,7 +356,8 @@ def test_a_seed_twin_is_never_flagged_itself():
 
     found = pd.DataFrame([finding("m~seed", "last_not_best", "3 of 16"), finding("m~seed", "crash", "boom"),
                           finding("m", "crash", "bang"), finding("m~shift", "crash", "bang")])
-    out = _drop_twin_repeats(found)
+    twins = {"m": ("m", ""), "m~seed": ("m", "seed"), "m~shift": ("m", "shift")}  # _table.twins_of's form
+    out = _drop_twin_repeats(found, twins)
     assert not out["model"].str.endswith("~seed").any()
     by_flag = out.set_index("flag")
     assert by_flag.loc["crash", "evidence"] == "bang" and by_flag.loc["crash", "model"] == "m"
