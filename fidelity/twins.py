@@ -40,6 +40,8 @@ target) when the seed twin differs as much.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -93,6 +95,27 @@ WHAT = {"perm": "same network with its classes renamed, labels and targets mappe
                  "depends on the rest of the batch"}
 #: how an example image's two distances are named per kind (base, twin)
 EXAMPLE_WORDS = {"split": ("in the batch", "alone"), "batch": ("in the batch", "rearranged")}
+
+
+#: the relative gap at which a twin's row is shown as differing from its model's row of the same
+#: image in a flag's evidence (``differs_on_twin``): 1% for every kind, the shift twin included
+#: (whose flag rule, ``RTOL["shift"]``, tolerates 5%), because it picks rows for a reader to look
+#: at, not a verdict: a flag's evidence lists the images that differ at all beyond float noise
+#: (≤ 1e-6 relative on the perm, split and batch twins) and the reader sees how far
+EVIDENCE_RTOL = 0.01
+
+
+def differs_on_twin(distance: float, base_distance: float) -> bool:
+    """Whether a twin's best distance on one image differs from its model's on the same image, as
+    a flag's evidence rows mark it ("differs on the twin"): one succeeded and the other did not,
+    or both did and they are more than ``EVIDENCE_RTOL`` apart relative to the model's distance.
+    Not ``differs``: that is the flag's decision at the kind's ``RTOL`` (5% on the shift twin),
+    relative to the larger of the two; unifying them changes which rows a report shows, so the
+    evidence keeps its own rule."""
+    if math.isfinite(base_distance) != math.isfinite(distance):
+        return True
+    return math.isfinite(base_distance) and abs(distance - base_distance) > EVIDENCE_RTOL * max(
+        abs(base_distance), 1e-12)
 
 
 def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:

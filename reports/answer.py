@@ -22,6 +22,7 @@ import pandas as pd
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from attackaudit.fidelity.flag_kinds import defects, evidence_twins, weaknesses
 from attackaudit.fidelity.flags import LAST_NOT_BEST_RTOL  # 'returned worse': the last_not_best rule's margin
+from attackaudit.fidelity.twins import differs_on_twin
 from attackaudit.results.schema import SEED, Twin
 from .tables import Pair, ReportData
 
@@ -275,8 +276,7 @@ def _why(rows: list[dict]) -> list[tuple[str, float]]:
             why.append(r["status"])
             score += 8
         other = base.get((r["base_model"], r["sample"])) if r["twin"] else None
-        if other is not None and (math.isfinite(other) != math.isfinite(d) or (
-                math.isfinite(other) and abs(d - other) > 0.01 * max(abs(other), 1e-12))):
+        if other is not None and differs_on_twin(d, other):  # fidelity's evidence rule (1%, not the flag's)
             # a second seed's difference is the noise floor, shown beside the twin it judges
             seed = r["twin"] == SEED
             why.append("differs with another seed (noise)" if seed else "differs on the twin")
