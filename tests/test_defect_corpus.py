@@ -208,6 +208,8 @@ NOT_YET_RUN: set[tuple[str, str]] = {
     ("foolbox-cw-l2-zero-fallback", "demo"),
     ("foolbox-fmn-l2-no-projection", "default"),
     ("foolbox-fmn-l2-no-projection", "demo"),
+    ("foolbox-pgd-l1-rescaling-projection", "default"),
+    ("foolbox-pgd-l1-rescaling-projection", "demo"),
     ("torchattacks-cw-onehot-max", "demo"),
     ("torchattacks-eaden-no-restart", "default"),
     ("torchattacks-eaden-no-restart", "demo"),
