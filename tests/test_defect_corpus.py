@@ -223,6 +223,8 @@ NOT_YET_RUN: set[tuple[str, str]] = {
     ("torchattacks-eadl1-out-of-box", "demo"),
     ("torchattacks-eadl1-zero-division", "default"),
     ("torchattacks-eadl1-zero-division", "demo"),
+    ("torchattacks-sparsefool-solver-restarts", "default"),
+    ("torchattacks-sparsefool-solver-restarts", "demo"),
     ("torchattacks-fab-l1-unbound-res", "default"),
     ("torchattacks-fab-l1-unbound-res", "demo"),
     ("torchattacks-fab-targeted-success-test", "default"),
