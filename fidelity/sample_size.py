@@ -28,6 +28,7 @@ import numpy as np
 from scipy import stats
 
 from . import paired_binary
+from .advice import Advice, advice_sentence
 from .equivalence import DELTA, FAILURE_MARGIN, hodges_lehmann, observed
 from .headline import SHARE_MARGIN, WEIGHTS
 
@@ -126,12 +127,12 @@ def images_to_decide(values: np.ndarray, alpha: float, delta: float = DELTA, pow
 
 
 def decision_text(need: float, have_images: int | None) -> str:
-    """What to do about an inconclusive comparison, in the command line's words (``--samples N``;
-    ``attackaudit.compare`` names its arguments instead where the message reaches its caller:
-    ``reports/wording.py``); "cannot be decided on this dataset" when the dataset has fewer than
-    ``need`` images."""
+    """What to do about an inconclusive comparison: the advice to rerun with ``need`` images
+    (``advice.Advised``: the command line's words, "--samples N", keeping the ``Advice`` value that
+    each view words its own way, ``samples=N`` for ``attackaudit.compare``); "cannot be decided on
+    this dataset" when the dataset has fewer than ``need`` images."""
     if not np.isfinite(need):
         return "more images would not decide it at the effect the data allow"
     if have_images is not None and need > have_images:
         return f"cannot be decided on this dataset (needs ≈{int(need)} images, it has {have_images})"
-    return f"rerun with --samples {int(need)} (planned for 80% power)"
+    return advice_sentence(Advice("samples", int(need), "planned for 80% power"))

@@ -12,6 +12,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from ._table import IMPL_KEY, prepare
+from .advice import Advice
 from .stats import ALPHA
 from .yardstick import MIN_IMAGES, assess, log_ratios, pct_text
 
@@ -155,7 +156,7 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
             out.at[i, "summary"] = f"{row['implementation']} {words}. {row['summary']}"
         elif s.get("status") == "undecided" and row["trusted"]:
             need = s.get("samples_needed")
-            advice = (f"rerun with --samples {int(need)}" if np.isfinite(_num(need))
+            advice = (Advice("samples", int(need)) if np.isfinite(_num(need))  # worded: str(advice)
                       else "more images would not decide it")
             words = (f"{row['implementation']}'s median per-image distance, {ratio_text(s)}, lies beyond its "
                      f"yardstick ({s['bound_ratio']:.2f}×, where {s['who']} get {s['expected_ratio']:.2f}×), "

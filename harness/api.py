@@ -227,14 +227,15 @@ class Result:
     def recommendation(self) -> pd.DataFrame:
         """The trust verdict of every family and norm (``fidelity.recommend``'s rows), its text in
         ``compare()``'s words."""
-        from attackaudit.reports.wording import speak
+        from attackaudit.reports.wording import report_advice, speak
 
         from attackaudit.fidelity.flag_kinds import family_counts
 
         rec = self.data.recommend.copy()
+        advice = report_advice(rec)  # worded from fidelity's values, not read back from text
         for col in ("summary", "note"):
             if col in rec.columns:
-                rec[col] = [speak(v, "api") if isinstance(v, str) else v for v in rec[col]]
+                rec[col] = [speak(v, "api", advice) if isinstance(v, str) else v for v in rec[col]]
         if len(rec):  # flagged: a defect, never trusted; weaker: only a weakness (fidelity/flag_kinds.py)
             counts = family_counts(self.data.flags)
             rec["weaker"] = [counts.get((str(f), str(n)), (0, 0))[1] for f, n in zip(rec["family"], rec["norm"])]
@@ -289,12 +290,13 @@ class Result:
         """Write ``attackaudit report``'s files (tables, ``report.md|html|json``) into ``path``
         (default: the run directory); returns ``{file name: path}``."""
         from attackaudit.reports import write_report_data
-        from attackaudit.reports.wording import speak_document
+        from attackaudit.reports.wording import report_advice, speak_document
 
         written = write_report_data(self.data, Path(path) if path is not None else self.run_dir, formats)
+        advice = report_advice(self.data.recommend)  # worded from fidelity's values, not read back from text
         for name in ("report.md", "report.html", "report.json"):  # the reader called compare(), not the CLI
             if name in written:
-                written[name].write_text(speak_document(written[name].read_text(), "api"))
+                written[name].write_text(speak_document(written[name].read_text(), "api", advice))
         return written
 
     def _repr_html_(self) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from attackaudit.fidelity.advice import Advice, advice_sentence
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from attackaudit.fidelity.flag_kinds import defects, evidence_twins, weaknesses
 from attackaudit.fidelity.flags import LAST_NOT_BEST_RTOL  # 'returned worse': the last_not_best rule's margin
@@ -118,13 +119,14 @@ class Answer:
 
     @property
     def rerun(self) -> str:
-        """What would decide an inconclusive verdict ("rerun with --samples N"), else ""."""
+        """What would decide an inconclusive verdict (the advice "rerun with --samples N", an
+        ``Advised`` that keeps its value for each view), else ""."""
         need = [m for m in self.members[1:] if math.isfinite(m.images_to_decide)]
         if self.verdict != "inconclusive" or not need:
             return ""
         most = max(need, key=lambda m: m.images_to_decide)
         # the recommendation's own words: "cannot be decided on this dataset" when it is too small
-        return most.decision or f"rerun with --samples {most.images_to_decide:.0f}"
+        return most.decision or advice_sentence(Advice("samples", round(most.images_to_decide)))
 
 
 def _float(value: object, default: float = float("nan")) -> float:
@@ -156,6 +158,11 @@ def verdict_word(row: dict) -> str:
     return "clear" if len(members) <= 1 else "tied"
 
 
+def _decision(value: object) -> str:
+    """A member's decision as its text, keeping the advice fidelity's ``Advised`` holds."""
+    return value if isinstance(value, str) else str(value or "")
+
+
 def _members(row: dict) -> list[Member]:
     out = []
     for m in row.get("trust_set") or []:
@@ -165,7 +172,7 @@ def _members(row: dict) -> list[Member]:
                           _float(m.get("optimality")), _interval(m.get("optimality_ci")), str(m.get("answer") or ""),
                           _float(m.get("estimate")), _float(m.get("p_equivalent", m.get("p_adjusted"))),
                           _float(m.get("images_to_decide", m.get("samples_to_separate"))),
-                          str(m.get("decision") or ""), str(m.get("yardstick") or "none"), _float(m.get("ratio"))))
+                          _decision(m.get("decision")), str(m.get("yardstick") or "none"), _float(m.get("ratio"))))
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attackaudit.fidelity.advice import Advice, advice_sentence
 from attackaudit.fidelity.flag_kinds import defects, severity, weaknesses
 from .answer import BOUNDARY_COLUMNS, boundary_text, verdict_word
 from .run_files import load_runs
@@ -89,7 +90,7 @@ def _against_top(member: dict, top: dict) -> str:
     if member.get("answer") == "equivalent":
         return f"equivalent to the top pick {name} (TOST Holm p = {_f(member.get('p_equivalent'), '.2g')})"
     need = member.get("images_to_decide")
-    rerun = member.get("decision") or (f"rerun with --samples {_f(need, '.0f')}"
+    rerun = member.get("decision") or (advice_sentence(Advice("samples", round(float(need))))
                                        if need is not None and math.isfinite(float(need))
                                        else "more images would not decide it")
     return f"neither shown different from nor equivalent to the top pick {name}: {rerun}"

@@ -13,6 +13,7 @@ import pandas as pd
 from .audit_text import DIFF_COLS, verdict_line  # noqa: F401  (imported from here by harness/audit and tests)
 from .formats import (MARGIN, Col, as_float, f_bool, f_count, f_dist, f_flag_names, f_opt, f_p, f_pct, f_ratio, f_sec,
                       f_signed)
+from attackaudit.fidelity.advice import Advice, advice_sentence
 from attackaudit.fidelity.flag_kinds import WEAKNESS, WEAKNESS_FLAGS, defect_rows, severity
 from .tables import FLAG_MEANINGS, ReportData
 from .formats import counted
@@ -270,7 +271,7 @@ def trust_text(row: dict, best_of_norm: dict[str, tuple[str, float]]) -> str:
         # the deciding member's own words ("cannot be decided on this dataset" where it is too small)
         deciding = [m for m in row.get("trust_set") or [] if isinstance(m, dict) and m.get("decision")
                     and as_float(m.get("images_to_decide")) == need]
-        rerun = (deciding[0]["decision"] if deciding else f"rerun with --samples {need:.0f}"
+        rerun = (deciding[0]["decision"] if deciding else advice_sentence(Advice("samples", round(need)))
                  if need is not None and math.isfinite(need) else "more images would not decide it")
         return f"inconclusive: {names}; {rerun}"
     if verdict == "only implementation":

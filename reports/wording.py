@@ -1,14 +1,25 @@
 """Messages in the caller's language: the command line's flags, or ``attackaudit.compare``'s
 keyword arguments.
 
-Verdicts, notes and errors are written once, in the command line's words ("rerun with --samples
-12"); ``speak(text, "api")`` turns each flag into the argument a notebook user passes ("rerun
-with samples=12"). It is applied where a message reaches the caller, at the rendering layer:
+Advice is a value (fidelity/advice.py): fidelity's verdicts keep the ``Advice`` they give ("rerun
+with --samples 12" in the command line's words, ``samples=12`` in ``compare()``'s), and ``speak``
+words it from those values. What the flag pattern below still rewrites is free prose: the
+harness's notes and errors (``--samples 40 is more than the 32 images the dataset has``), the
+parameters the reports' own sentences name ("another --seed gives others", "(--libraries)",
+"--metamorphic"), and advice whose value a caller did not hand over (a yardstick's "rerun with
+--samples N" on a row that does not record N: worded by the pattern, as before). It is applied
+where a message reaches the caller, at the rendering layer:
 ``attackaudit.compare``'s errors and notes, and a ``Result``'s verdicts, flags and report files.
 """
 from __future__ import annotations
 
+import math
 import re
+from typing import Iterable
+
+import pandas as pd
+
+from attackaudit.fidelity.advice import SAMPLES_N, Advice, advice_of, in_view
 
 #: command-line flag → ``compare()`` argument
 CLI_TO_API = {"--samples": "samples", "--budget": "budget", "--seed": "seed", "--steps-scale": "steps_scale",
@@ -34,22 +45,39 @@ def _api(match: re.Match) -> str:
     return f"{name}={value!r}" if flag == "--retry" and not value.startswith("'") else f"{name}={value}"
 
 
-def speak(text: str, style: str = "cli") -> str:
+def speak(text: str, style: str = "cli", advice: Iterable[Advice] = ()) -> str:
     """``text`` in the words of ``style``: "cli" leaves it as written, "api" names ``compare()``'s
-    arguments instead of the flags ("--samples 12" → "samples=12", "--targeted" → "targeted=True")."""
+    arguments instead of the flags: the advice the text holds (an ``Advised``'s, and ``advice``)
+    from its values ("--samples 12" → "samples=12"), then the flags free prose names
+    ("--targeted" → "targeted=True")."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
-    return text if style == "cli" else _FLAG.sub(_api, text)
+    return text if style == "cli" else _FLAG.sub(_api, in_view(text, style, advice))
+
+
+def report_advice(recommend: pd.DataFrame) -> tuple[Advice, ...]:
+    """Every advice a report of ``recommend`` (``fidelity.recommend``'s rows) shows: its members'
+    decisions (each an ``Advised`` that keeps its value), the images each row needs to decide
+    (``images_to_decide``, which a row's summary advises), and the legends' "--samples N"."""
+    held = [SAMPLES_N]
+    for members in recommend["trust_set"] if "trust_set" in recommend.columns else ():
+        held += advice_of(m.get("decision") for m in members or [] if isinstance(m, dict))
+    for need in recommend["images_to_decide"] if "images_to_decide" in recommend.columns else ():
+        if isinstance(need, (int, float)) and math.isfinite(need):
+            held.append(Advice("samples", round(need)))
+    return tuple(dict.fromkeys(held))
 
 
 _CODE = re.compile(r"(<(style|script)\b.*?</\2>)", re.S | re.I)
 
 
-def speak_document(text: str, style: str = "cli") -> str:
-    """``speak`` over a rendered report (Markdown, HTML or JSON), leaving ``<style>`` and
-    ``<script>`` blocks as they are (CSS custom properties are written ``--name`` too, and a
-    script's bytes are pinned by the page's Content-Security-Policy hash)."""
+def speak_document(text: str, style: str = "cli", advice: Iterable[Advice] = ()) -> str:
+    """``speak`` over a rendered report (Markdown, HTML or JSON) that shows ``advice``
+    (``report_advice``), leaving ``<style>`` and ``<script>`` blocks as they are (CSS custom
+    properties are written ``--name`` too, and a script's bytes are pinned by the page's
+    Content-Security-Policy hash)."""
+    advice = tuple(advice)
     parts = _CODE.split(text)
     # re.split with two groups yields [text, block, tag name, text, block, tag name, ...]
-    return "".join(speak(part, style) if i % 3 == 0 else part if i % 3 == 1 else ""
+    return "".join(speak(part, style, advice) if i % 3 == 0 else part if i % 3 == 1 else ""
                    for i, part in enumerate(parts))

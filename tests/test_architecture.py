@@ -326,3 +326,42 @@ def test_reports_never_judge_a_p_value():
     planted = "if p < 0.05:\n    x = 1\nok = float(row['p_value']) <= ALPHA\nsame = r.sign_p > 0.5\nn = p_count + 1\n"
     assert p_value_judgements(planted, "m.py") == ["m.py:1", "m.py:3", "m.py:4"]
     assert any(p_value_judgements(p.read_text(), p.name) for p in _sources(("fidelity",)))  # where they live
+
+
+#: the flag of a parameter fidelity advises on (fidelity/advice.py ADVISED) with a value written
+#: into a string: "--samples 12", f"--samples {need}" ("--samples N", a placeholder the reader
+#: fills, is prose; an error that names the flag the user gave, "--norm {norm}", is not advice)
+ADVICE_TEXT = re.compile(r"(?<![\w-])--samples (\d|$)")
+
+
+def advice_writings(source: str, module: str) -> list[str]:
+    """"module:line" of each string (docstrings aside) that writes advice's flag with a value:
+    advice, which is fidelity's value (fidelity/advice.py), worded by each view."""
+    tree = ast.parse(source, module)
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in docs:
+            continue
+        parts = node.values if isinstance(node, ast.JoinedStr) else [node] if isinstance(node, ast.Constant) else []
+        for i, part in enumerate(parts):
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                continue
+            hit = ADVICE_TEXT.search(part.value)
+            valued = i + 1 < len(parts) and isinstance(parts[i + 1], ast.FormattedValue)
+            if hit and (hit.group(1) or valued):
+                found.append(f"{module}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_reports_never_write_advice():
+    """Advice is a value (issue 52): reports word fidelity's ``Advice`` (``--samples 12`` on the
+    command line, ``samples=12`` in compare()'s words) and never write its value themselves, nor
+    does fidelity outside ``Advice``."""
+    found = [hit for p in _sources(("reports",)) for hit in advice_writings(p.read_text(), p.name)]
+    assert not found, found
+    planted = ('"""rerun with --samples 12"""\na = f"rerun with --samples {need:.0f}"\nb = "rerun with --samples 12"\n'
+               'c = "(rerun with --samples N)"\nd = f"--plugin {path}: {n}"\ne = f"x; --samples {k}"\n')
+    assert advice_writings(planted, "m.py") == ["m.py:2", "m.py:3", "m.py:6"]
+    # fidelity words it once, from the value: Advice.phrase
+    assert not [hit for p in _sources(("fidelity",)) for hit in advice_writings(p.read_text(), p.name)]

@@ -392,6 +392,7 @@ def _check_mixed(r):
 
 def test_the_advice_follows_the_callers_style_dataset_and_seed():
     t = _zoo()
+    from attackaudit.fidelity.advice import Advice, in_view
     from attackaudit.reports.wording import speak
 
     api = _rows(t, seed=1).set_index(["family", "norm"])  # fidelity advises in one spelling; the API renders it
@@ -399,6 +400,11 @@ def test_the_advice_follows_the_callers_style_dataset_and_seed():
     need_api = int(api.loc[("f", "l1")].trust_set[1]["images_to_decide"])
     assert speak(api.loc[("f", "l1")].trust_set[1]["decision"], "api") == (
         f"rerun with samples={need_api} (planned for 80% power)")
+    # the advice is a value the decision keeps (fidelity/advice.py), worded without reading the text
+    assert api.loc[("f", "l1")].trust_set[1]["decision"].advice == (
+        Advice("samples", need_api, "planned for 80% power"),)
+    assert in_view(api.loc[("f", "l1")].trust_set[1]["decision"], "api") == speak(
+        api.loc[("f", "l1")].trust_set[1]["decision"], "api")
     default = _rows(t).set_index(["family", "norm"])
     member = default.loc[("f", "l1")].trust_set[1]
     assert api.loc[("f", "l1")].trust_set[1]["optimality_ci"] != member["optimality_ci"]  # another seed
