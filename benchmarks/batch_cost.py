@@ -11,9 +11,12 @@ foolbox's Brendel-Bethge), so the ratio (what to compare) sees the same machine 
 each size, their ratio, the calls made to the library at each size (the minimal-ε search's calls
 for a fixed-ε spec, one per batch for a minimal one), and ``per-image``: whether the time grows
 with the images while the calls do not (ratio above ``PER_IMAGE_RATIO`` with no more calls): the
-library loops over the images itself, which no change of the harness can batch. Last come the
-specs over the issue's bar (``TARGET_RATIO``), by cause: more calls (a fixed-ε spec that takes one
-ε per call: its final brackets need about one ε per image), or more time in one call.
+library loops over the images itself, which no change of the harness can batch. For a fixed-ε
+spec that takes one ε per call, ``floor``: the fewest calls any search of its samples on the shared
+grid could make at the search's precision (``minimal.calls_floor`` of the smallest successful ε
+each sample got: the distinct ends of their final cells). Last come the specs over the issue's bar
+(``TARGET_RATIO``), by cause: more calls (one ε per call: their final brackets need about one ε
+per image, and the floor says how far any search is held to that), or more time in one call.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import pandas as pd
+import torch
 
 import attackaudit.measure.minimal as minimal
 import attackaudit.run.job as job_module
@@ -39,11 +43,14 @@ TARGET_RATIO = 2.5
 
 @dataclass
 class Timed:
-    """One job: wall seconds (the job's own ``wall_s``), calls to the library, status."""
+    """One job: wall seconds (the job's own ``wall_s``), calls to the library, status, and for a
+    spec that takes one ε per call the fewest calls a search could make (``minimal.calls_floor``; 0
+    for the others)."""
 
     seconds: float
     calls: int
     status: str
+    floor: int = 0
 
 
 def _counting_search(counter: list[int]):
@@ -70,8 +77,13 @@ def run_job(spec_key: str, model: str, samples: int, steps_scale: float, run_dir
         job_module.minimal_search = minimal.minimal_search
     rows = pd.read_parquet(result["path"]) if result.get("path") else pd.DataFrame()
     seconds = float(rows["wall_s"].iloc[0]) if len(rows) else wall
-    calls = counter[0] if spec is not None and spec.kind is AttackKind.FIXED else 1
-    return Timed(seconds, calls, result["status"])
+    fixed = spec is not None and spec.kind is AttackKind.FIXED
+    calls = counter[0] if fixed else 1
+    floor = 0
+    if fixed and not spec.per_sample_eps and "eps_success" in rows:
+        success = torch.tensor(rows["eps_success"].to_numpy(dtype="float64"))
+        floor = minimal.calls_floor(success, minimal.EPS_START[spec.norm])
+    return Timed(seconds, calls, result["status"], floor)
 
 
 def spec_keys(libraries: list[str], norms: list[str] | None, families: list[str] | None,
@@ -127,6 +139,7 @@ def main() -> None:
             table.append({"spec": key, f"s@{args.small}": round(small.seconds, 2),
                           f"s@{args.large}": round(large.seconds, 2), "ratio": round(ratio, 2),
                           f"calls@{args.small}": small.calls, f"calls@{args.large}": large.calls,
+                          f"floor@{args.small}": small.floor or "", f"floor@{args.large}": large.floor or "",
                           "per_image": per_image, "status": f"{small.status}/{large.status}"})
             print(" ".join(f"{k}={v}" for k, v in table[-1].items()), flush=True)
     frame = pd.DataFrame(table)
@@ -136,6 +149,11 @@ def main() -> None:
     over = frame[(frame["ratio"] > TARGET_RATIO) & ~frame["per_image"]]
     more_calls = over[f"calls@{args.large}"] > over[f"calls@{args.small}"]
     print(f"over {TARGET_RATIO}x with more calls (one ε per call): {', '.join(over[more_calls]['spec']) or 'none'}")
+    for _, row in over[more_calls].iterrows():
+        small_floor, large_floor = row[f"floor@{args.small}"], row[f"floor@{args.large}"]
+        if small_floor and large_floor:
+            print(f"  {row['spec']}: calls {row[f'calls@{args.small}']} -> {row[f'calls@{args.large}']}, "
+                  f"floor {small_floor} -> {large_floor} ({large_floor / small_floor:.2f}x)")
     print(f"over {TARGET_RATIO}x within one call: {', '.join(over[~more_calls]['spec']) or 'none'}")
     looped = frame[frame["per_image"]]
     for _, row in looped.iterrows():

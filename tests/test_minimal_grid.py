@@ -16,8 +16,8 @@ from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attackaudit.measure.minimal import (EPS_START, GRID_STEPS, RELATIVE_PRECISION, eps_ceiling, grid_eps,
-                                         minimal_search)
+from attackaudit.measure.minimal import (EPS_START, GRID_STEPS, RELATIVE_PRECISION, calls_floor, eps_ceiling,
+                                         grid_eps, minimal_search)
 
 DIM = 64  # L2 ceiling 8
 NORM = "l2"
@@ -126,3 +126,34 @@ def test_the_grid_s_neighbours_meet_the_precision_and_the_next_coarser_grid_woul
     values = grid_eps(k, 0.5)
     assert torch.equal(grid_eps(k, 0.5), values) and (values[1:] > values[:-1]).all()
     assert values[k == 0].item() == 0.5 and values[k == 45].item() == 1.0 and values[k == -45].item() == 0.25
+
+
+def test_the_floor_counts_the_distinct_ends_of_the_samples_final_cells():
+    start = EPS_START[NORM]
+    at = grid_eps(torch.tensor([3, 4, 4, 10]), start)
+    assert calls_floor(at[:1], start) == 2  # k 3: a success at 3, a failure at 2
+    assert calls_floor(at[:3], start) == 3  # k 3 and 4 share the end 3: {2, 3, 4}
+    assert calls_floor(at, start) == 5  # k 10 shares nothing: {2, 3, 4, 9, 10}
+    off_grid = torch.tensor([float(at[0]) * 0.999, float("inf"), 0.0])  # rounds up to k 3; no success: left out
+    assert calls_floor(off_grid, start) == 2
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(st.lists(st.floats(min_value=0.3, max_value=0.9), min_size=1, max_size=60))
+def test_the_search_calls_every_end_the_floor_counts(estars):
+    """The floor is a bound on any search on the grid: each sample's final cell's ends are called
+    (one ε per call), so the calls made hold the floor's ε, and are never fewer. Crowded samples
+    (under two octaves) share ends, so a floor of two per sample would exceed the calls."""
+    estar = torch.tensor(estars, dtype=torch.float32)
+    n, start = len(estar), EPS_START[NORM]
+    oracle = Oracle(estar)
+    minimal_search(oracle, torch.zeros(n, DIM), NORM, oracle.success, lambda: torch.zeros(n), 10**9,
+                   clean_adversarial=torch.zeros(n, dtype=torch.bool))
+    called = {eps for eps, _ in oracle.calls}
+    found = torch.tensor([min(eps for eps, idx in oracle.calls if i in idx and eps >= float(estar[i]))
+                          for i in range(n)])
+    floor = calls_floor(found, start)
+    assert floor <= len(called) <= len(oracle.calls)
+    k = torch.ceil(torch.log2(found.double() / start) * GRID_STEPS - 1e-4).long()
+    ends = grid_eps(torch.cat([k, k - 1]), start).tolist()
+    assert set(ends) <= called and len(set(ends)) == floor

@@ -14,6 +14,13 @@ is the last one; the linear midpoints, which finish at widths of 1/128 to 1/64 a
 paths, needed a distinct ε for nearly every image by then. A spec with one ε per sample gets
 one call per round whatever the ε, and keeps the linear midpoints.
 
+What one ε per call costs cannot fall below ``calls_floor``: a sample's final bracket is a failed
+and a successful call at neighbouring grid points, and a call holds one ε, so the calls are at
+least the distinct ends of the samples' final cells, a number that grows with the images until
+their cells fill the ε range (benchmarks/batch_cost.py prints it per spec). Choosing fewer ε per
+round (a few shared points per round, the others waiting) leaves those ends to call and only adds
+rounds.
+
 One budget for everyone: the search's own success check of each returned batch is a forward
 through the QueryTracker, charged to its samples like any attack query (so a fixed-ε attack pays
 for the steering a minimum-norm attack pays for too); the check of the clean inputs is the
@@ -189,6 +196,17 @@ def grid_index(eps: Tensor, start: float) -> Tensor:
 def grid_eps(k: Tensor, start: float) -> Tensor:
     """The grid's ε at integer indices ``k`` (N): one float32 value per k, the same in every call."""
     return (start * torch.pow(2.0, k.double() / GRID_STEPS)).float()
+
+
+def calls_floor(success_eps: Tensor, start: float) -> int:
+    """The fewest calls of one ε each that certify these samples' smallest successful ε (N; inf or 0
+    where none: left out) at RELATIVE_PRECISION on the grid from ``start``, if each sample's success
+    is monotone in ε: its ε rounded up to the grid point k must succeed and k - 1 fail, so every
+    distinct k and k - 1 is a call of its own (the doubling and the bisection's other calls come on
+    top)."""
+    found = success_eps[torch.isfinite(success_eps) & (success_eps > 0)]
+    k = torch.ceil(grid_index(found, start)).long()
+    return len(set(k.tolist()) | set((k - 1).tolist()))
 
 
 def grid_midpoint(lo: Tensor, hi: Tensor, start: float) -> Tensor:
