@@ -137,6 +137,16 @@ def weaknesses(flags: Iterable[str]) -> list[str]:
     return [f for f in flags if not is_defect(f)]
 
 
+def raised_by_twins(flags_df: pd.DataFrame) -> pd.DataFrame:
+    """The findings of ``flags_df`` that a twin's disagreement raised (their flag has ``twins``; a
+    finding about an implementation over all models, ``model == "*"``, is another rule's): what a
+    later look of a run that extends until decided carries from the look its twins ran in."""
+    if flags_df is None or flags_df.empty:
+        return pd.DataFrame(columns=flags_df.columns if flags_df is not None else [])
+    kinds = [bool(FLAG_KINDS[f].twins) if f in FLAG_KINDS else False for f in flags_df["flag"]]
+    return flags_df[pd.Series(kinds, index=flags_df.index) & (flags_df["model"].astype(str) != "*")]
+
+
 def with_severity(flags_df: pd.DataFrame) -> pd.DataFrame:
     """``flags_df`` (one row per finding, a ``flag`` column) with a ``severity`` column."""
     return flags_df.assign(severity=[severity(f) for f in flags_df["flag"]] if len(flags_df) else
@@ -174,4 +184,4 @@ def family_counts(flags_df: pd.DataFrame) -> dict[tuple[str, str], tuple[int, in
 
 __all__ = ["family_counts", "DEFECT", "WEAKNESS", "SEVERITY_WORD", "FlagKind", "FLAG_KINDS", "FLAG_MEANINGS", "WEAKNESS_FLAGS",
            "severity", "is_defect", "defects", "weaknesses", "with_severity", "defect_rows", "standing",
-           "flag_of_twin", "evidence_twins", "FAILURE_FLAGS", "OPTIMALITY_GAP", "BELOW_EXPECTED_STRENGTH"]
+           "flag_of_twin", "evidence_twins", "raised_by_twins", "FAILURE_FLAGS", "OPTIMALITY_GAP", "BELOW_EXPECTED_STRENGTH"]

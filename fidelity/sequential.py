@@ -92,29 +92,49 @@ def verdicts(rec: pd.DataFrame) -> dict[str, str]:
 
 def judge(table: pd.DataFrame, alpha: float, repeats: pd.DataFrame | None = None,
           exact: pd.DataFrame | None = None, dataset_images: int | None = None,
-          settings: dict | None = None) -> pd.DataFrame:
+          settings: dict | None = None, carried: pd.DataFrame | None = None) -> pd.DataFrame:
     """The recommendation of one look's rows at its level ``alpha``: the flags (``repeats``: the
     second seeded run of ``--repeat 2``; ``exact``: exact minimal distances, left out of a targeted
     run as the report leaves them), the leaderboard and ``recommend``, as ``attackaudit report``
     computes them (``settings``: the run's ``steps_scale`` and ``budget``, from its manifest as the
-    report reads them, so that the yardstick is looked up at the same setting). Empty when no row
-    has a result."""
+    report reads them, so that the yardstick is looked up at the same setting; ``carried``: the
+    twins' findings of the look the twins ran in, ``look_flags`` then ``raised_by_twins``, for a
+    later look that runs the base models only). Empty when no row has a result."""
     if "status" in table.columns:
         table = table[table["status"].astype(str) != HARNESS_ERROR]
     if table.empty:
         return pd.DataFrame(columns=["family", "norm", "verdict", "trust_set"])
-    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
-        exact = None
-    try:
-        found = flags(table, repeats, exact=exact, settings=settings)
-    except ValueError:
-        raise
-    except Exception:  # exact distances that do not match the rows: judged without them, as the report does
-        if exact is None:
-            raise
-        exact = None
-        found = flags(table, repeats, settings=settings)
+    found, exact = look_flags(table, repeats, exact, settings)
+    if carried is not None and len(carried):
+        found = with_carried(found, carried)
     rec = recommend(table, found, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)
     # the yardstick's standing can turn a sole implementation "inconclusive" or a family "none"
     # (reports/tables.py annotates the same way): without it the runner would stop rows the report reopens
     return annotate(rec, standing(table, exact, settings))
+
+
+def look_flags(table: pd.DataFrame, repeats: pd.DataFrame | None = None, exact: pd.DataFrame | None = None,
+               settings: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(``flags`` of one look's rows, the exact distances they used): exact distances that do not
+    match the rows are left out, and the rows judged without them, as the report does; a targeted
+    run is judged without them (exact minima are untargeted)."""
+    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
+        exact = None
+    try:
+        return flags(table, repeats, exact=exact, settings=settings), exact
+    except ValueError:
+        raise
+    except Exception:
+        if exact is None:
+            raise
+        return flags(table, repeats, settings=settings), None
+
+
+def with_carried(found: pd.DataFrame, carried: pd.DataFrame) -> pd.DataFrame:
+    """``found`` with the ``carried`` findings it does not already hold (the same implementation,
+    release, norm and flag): a later look's rows have no twins, its twin findings are the first
+    look's (run/sequential.py: the twins run once, on the first look's images)."""
+    key = ["implementation", "library_version", "norm", "flag"]
+    have = set(map(tuple, found[key].astype(str).to_numpy())) if len(found) else set()
+    new = carried[[tuple(k) not in have for k in carried[key].astype(str).to_numpy()]]
+    return pd.concat([found, new[found.columns]], ignore_index=True) if len(new) else found

@@ -70,7 +70,7 @@ def final_verdicts(rec: pd.DataFrame, runs: list[Path], manifests: list[dict]) -
     for look, rows in found:
         where = Path(runs[0]) / look["directory"]
         try:
-            later = judge_run(where, float(look["alpha"]))
+            later = judge_run(where, float(look["alpha"]), first=Path(runs[0]))
         except (ValueError, FileNotFoundError) as exc:
             notes.append(f"Look {look['look']} ({where}) cannot be judged ({exc}): rows {', '.join(rows)} show the "
                          "first look's verdict")

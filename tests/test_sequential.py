@@ -168,3 +168,38 @@ def test_the_stored_a_a_rate_across_looks_on_real_seed_noise():
     for first, cap, models in set(zip(spending["first"], spending["cap"], spending["models"])):
         seq, one = power.loc[(first, cap, models, "spending")], power.loc[(first, cap, models, "one look at cap")]
         assert seq["rate"] >= one["rate"] - 0.05 and seq["mean_images"] < one["mean_images"]
+
+
+def test_a_later_look_runs_no_twin_and_carries_the_first_look_s_twin_findings(tmp_path):
+    """torchattacks' C&W L2 reads masked-out logits as 0 (defect corpus torchattacks-cw-onehot-max):
+    its shift twin names it on the first look's 8 images. A later look runs the base model only
+    (``base_models_only``), so its own rows hold no twin and cannot name it: judged with the first
+    look (``judge_run(..., first=)``) it still carries the finding, which judged alone it loses."""
+    from attackaudit.fidelity.sequential import look_flags, with_carried
+    from attackaudit.results.looks import judge_run
+    from attackaudit.run.config import RunConfig
+    from attackaudit.run.sequential import base_models_only
+
+    common = ["--attacks", "torchattacks/CW/l2", "adv_lib/ddn/l2", "--budget", "1000", "--steps-scale", "0.5",
+              "--workers", "1", "--quiet"]
+    first, later = tmp_path / "first", tmp_path / "later"
+    assert cli_main(["run", "--models", "digits-mlp-tiny", "digits-mlp-tiny~shift", "--samples", "8", *common,
+                     "--out", str(first)]) == 0
+    config = RunConfig(models=["digits-mlp-tiny", "digits-mlp-tiny~shift"], metamorphic=True, repeat=2)
+    assert base_models_only(config) == {"models": ["digits-mlp-tiny"], "metamorphic": False, "repeat": 1}
+    assert cli_main(["run", "--models", *base_models_only(config)["models"], "--samples", "16", *common,
+                     "--out", str(later)]) == 0
+    assert set(load_run(later)["twin"]) == {""}
+
+    def shift_flagged(found: pd.DataFrame) -> set:
+        return set(found.loc[found["flag"] == "shift_sensitivity", "implementation"])
+
+    assert shift_flagged(look_flags(load_run(first))[0]) == {"torchattacks/CW"}
+    alone = look_flags(load_run(later))[0]
+    assert shift_flagged(alone) == set()
+    assert shift_flagged(with_carried(alone, look_flags(load_run(first))[0])) == {"torchattacks/CW"}
+
+    alone_row = judge_run(later, ALPHA).set_index("family").loc["cw"]
+    carried_row = judge_run(later, ALPHA, first=first).set_index("family").loc["cw"]
+    assert alone_row["flagged"] == 0 and "shift_sensitivity" not in alone_row["note"]
+    assert carried_row["flagged"] == 1 and "torchattacks/CW (shift_sensitivity)" in carried_row["note"]

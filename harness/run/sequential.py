@@ -7,8 +7,10 @@ The looks (``fidelity/sequential.py``: the sizes, the α each spends, which rows
 - look 1 is the ordinary run of ``--samples n₁`` in ``--out`` itself (the same jobs, the same
   job ids: a plain run of that size resumes as the first look, and the reverse);
 - look k ≥ 2 is an ordinary run directory ``OUT/looks/n<n_k>`` of ``--samples n_k`` with only the
-  specs of the rows look k−1 left open (``--attacks`` those specs; their metamorphic twins too),
-  judged at its own α. Its jobs rerun the first n_{k−1} images rather than adding the new images as
+  specs of the rows look k−1 left open (``--attacks`` those specs), on the base models only, judged
+  at its own α. The twins (``--metamorphic``, or twin models named in ``--models``) run once, on the
+  first look's images, beside their base model's own batch: their findings (batch dependence,
+  shift sensitivity, label bug) are carried to every later look (``base_models_only``). Its jobs rerun the first n_{k−1} images rather than adding the new images as
   jobs of their own: a job's identity is its (model, spec, subset size), and an attack that looks at
   its batch (a step size or a stopping rule over the batch) sees the same companions as a plain run
   of n_k images would give it, so each look's rows are a plain run's rows. The cost: with doubling,
@@ -39,6 +41,7 @@ from attackaudit.run.executors import Executor
 from attackaudit.run import runner  # runner.run looked up at each call (a test stops it there)
 from attackaudit.run.runner import RunSummary
 from attackaudit.results.looks import judge_run, look_dir
+from attackaudit.results.schema import parse_model_name
 from attackaudit.results.store import read_manifest, update_manifest
 
 
@@ -94,10 +97,11 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
     for k, (images, alpha) in enumerate(zip(sizes, alphas), start=1):
         where = look_dir(out, k, images)
         look_config = replace(config, out=str(where), samples=images, attacks=attacks, until_decided=0,
-                              force=config.force or k > 1)  # a later look's directory holds only its own specs
+                              force=config.force or k > 1,  # a later look's directory holds only its own specs
+                              **({} if k == 1 else base_models_only(config)))
         summaries.append(runner.run(look_config, executor, say if k == 1 else (lambda note: None)))
         update_manifest(where, alpha=alpha, look=k)
-        rec = judge_run(where, alpha)
+        rec = judge_run(where, alpha, first=out)
         rows = verdicts(rec)
         still = sorted(row_key(r["family"], r["norm"]) for _, r in rec.iterrows() if is_open(r))
         last = k == len(sizes) or not still
@@ -119,6 +123,16 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
             counts[status] = counts.get(status, 0) + n
     return SequentialSummary(out, sum(s.total for s in summaries), sum(s.executed for s in summaries), counts,
                              time.perf_counter() - start, looks)
+
+
+def base_models_only(config: RunConfig) -> dict:
+    """The fields of a later look's config that leave the twins out: its models without the twin
+    models, no ``--metamorphic``, no ``--repeat``. The twins ran on the first look's images, where
+    each twin and its base model share their images and their batch; their findings are carried
+    (``results.looks.judge_run``). Rerun beside a larger base batch, a model twin would read a
+    batch-dependent or chaotic search as the twin's difference."""
+    return {"models": [m for m in config.models if not parse_model_name(m).is_twin],
+            "metamorphic": False, "repeat": 1}
 
 
 def run_grid(config: RunConfig, executor: Executor | None = None,
