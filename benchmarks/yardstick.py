@@ -138,13 +138,12 @@ def seeds(table: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
     """(seed, a table of real models) per seed: seed 0 the run's own rows; seed 1 the seed twins'
     rows (``M~seed``) renamed to ``M``, in place of the same implementations' seed-0 rows (the
     others kept, so the envelope is a whole run's)."""
-    t = table.copy()
-    t["model"] = t["model"].astype(str)
-    twin = t["model"].str.contains("~")
-    real = t[~twin]
-    seed = t[t["model"].str.endswith("~seed")].assign(model=lambda x: x["model"].str.replace("~seed", "", regex=False))
-    if "twin" in seed.columns:  # the seed twin's rows stand in for their base model's: no twin any more
-        seed = seed.assign(twin="", base_model=seed["model"])
+    from attackaudit.results.schema import SEED, Twin, with_models, with_twin_columns
+    # model names as strings (the corpus stores a category); a table read before the twin columns: read once
+    t = with_twin_columns(table.astype({"model": str}))
+    real = t[t["twin"] == ""]
+    seed = t[t["twin"] == SEED]
+    seed = with_models(seed, [Twin(b) for b in seed["base_model"]])  # standing in for their base model's rows
     out = [(0, real)]
     if len(seed):
         swapped = set(zip(seed["model"], seed["implementation"].astype(str), seed["norm"].astype(str)))
@@ -157,13 +156,14 @@ def seeds(table: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
 def images(table: pd.DataFrame, exact: pd.DataFrame | None, setting: str, source: str) -> pd.DataFrame:
     """Per-image log ratios of every (seed, model, implementation, norm) of one source."""
     from attackaudit.fidelity.yardstick import log_ratios
+    from attackaudit.results.schema import SEED, with_twin_columns
     out = []
     for seed, t in seeds(table):
         lr = log_ratios(t, exact, everywhere=True)
         if seed == 1:
-            mine = set(zip(table.loc[table["model"].astype(str).str.endswith("~seed"), "model"].str.replace(
-                "~seed", "", regex=False), table.loc[table["model"].astype(str).str.endswith("~seed"), "implementation"]
-                .astype(str), table.loc[table["model"].astype(str).str.endswith("~seed"), "norm"].astype(str)))
+            twins = with_twin_columns(table)
+            ran = twins[twins["twin"] == SEED]  # the seed twins' own jobs, on their base models
+            mine = set(zip(ran["base_model"].astype(str), ran["implementation"].astype(str), ran["norm"].astype(str)))
             lr = lr[[(m, i, n) in mine for m, i, n in zip(lr["model"], lr["implementation"], lr["norm"])]]
         out.append(lr.assign(seed=seed))
     lr = pd.concat(out, ignore_index=True)

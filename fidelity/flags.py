@@ -358,7 +358,7 @@ def _drop_twin_repeats(found: pd.DataFrame, twins: dict[str, tuple[str, str]]) -
 
 def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
           exact: pd.DataFrame | None = None, eps_max: Mapping[str, float] | None = None,
-          settings: Mapping[str, float] | None = None) -> pd.DataFrame:
+          settings: Mapping[str, float] | None = None, assessed: pd.DataFrame | None = None) -> pd.DataFrame:
     """All findings for ``table``: ``FLAG_COLUMNS``, ``flag`` one of ``FLAGS``.
 
     ``other``: a second seeded run of the same config (``nondeterminism``); ``exact``: exact
@@ -366,7 +366,9 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     optimality behind ``below_expected_strength``; ``settings``: the run's ``steps_scale`` and
     ``budget`` (its manifest's config), which pick the measured yardstick of
     ``worse_than_yardstick`` (``yardstick.py``: against the exact minimum where ``exact`` covers
-    the model, else the strong envelope; inferred from the rows' parameters when absent). A
+    the model, else the strong envelope; inferred from the rows' parameters when absent;
+    ``assessed``: the yardstick's ``assess`` of ``table``, ``exact`` and ``settings``, made already:
+    ``findings.findings`` shares it with the standing). A
     finding on a twin model that its base model has too is dropped as a repeat; others keep the
     twin's name, and the twin checks name the base model. Findings about an implementation over all models (class-conditional ``label_bug``,
     ``below_expected_strength``) have ``model == "*"``.
@@ -378,7 +380,7 @@ def flags(table: pd.DataFrame, other: pd.DataFrame | None = None, *,
     real = without_twins(t)
     found = (_per_job(rows) + twin_findings(t) + class_findings(rows) + _optimality_gap(real)
              + strength_flags(real, eps_max) + defect_findings(t) + known_defect_findings(t)
-             + yardstick_findings(t, exact, settings))
+             + yardstick_findings(t, exact, settings, assessed=assessed))
     if other is not None:
         found += _nondeterminism(t, other)
     out = _drop_twin_repeats(pd.DataFrame(found, columns=JOB_KEY + ["flag", "evidence"]), twins_of(t))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 # torch-free: fidelity must not import the torch-side harness
-from attackaudit.results.schema import ROW_COLUMNS, AttackId, parse_model_name, with_invalid_reason
+from attackaudit.results.schema import ROW_COLUMNS, AttackId, with_invalid_reason, with_models, with_twin_columns
 
 
 def _per_sample(value: object, n: int, dtype: type) -> np.ndarray:
@@ -37,10 +37,9 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
     ret = best if returned is None else _per_sample(returned, n, float)
     idx = np.arange(n) if samples is None else np.asarray(samples)
     other = {"best_l0": best, "best_l1": best, "best_l2": best, "best_linf": best}
-    twin = parse_model_name(model)
-    return with_invalid_reason(pd.DataFrame({  # an invalid row's reason read from its error, as on loading
-        "run": run, "job_id": f"{model}__{implementation}__{norm}", "model": model,
-        "base_model": twin.base_model, "twin": twin.kind, "dataset": "digits",
+    # derived as on loading: the twin columns from the model's name, an invalid row's reason from its error
+    return with_invalid_reason(with_twin_columns(pd.DataFrame({
+        "run": run, "job_id": f"{model}__{implementation}__{norm}", "model": model, "dataset": "digits",
         "subset_hash": "h", "sample": idx, "label": labels if labels is not None else idx % 10,
         "clean_correct": best > 0, "library": library, "library_version": library_version, "attack": attack,
         "implementation": implementation, "family": family or attack, "norm": norm, "kind": kind,
@@ -50,7 +49,7 @@ def job_rows(model: str, implementation: str, norm: str, best: Sequence[float], 
         "refused": _per_sample(refused, n, float).astype(int), "best_dropped": 0, "best_distance": best, **other,
         "returned_distance": ret, "returned_adversarial": np.isfinite(ret),
         "status": _per_sample(status, n, object), "error": _per_sample(error, n, object), "wall_s": wall_s,
-    })).reindex(columns=ROW_COLUMNS)  # the defect columns (schema.DEFECT_COLUMNS) stay NaN: not recorded
+    }))).reindex(columns=ROW_COLUMNS)  # the defect columns (schema.DEFECT_COLUMNS) stay NaN: not recorded
 
 
 def table(*jobs: pd.DataFrame) -> pd.DataFrame:
@@ -109,7 +108,5 @@ def table_from_arrays(dists: dict[str, np.ndarray], models: Sequence[str], *, fa
                         samples=np.tile(np.arange(n), len(d)),
                         labels=None if labels is None else np.tile(labels, len(d)))
         model = np.repeat(np.asarray(models, dtype=object), n)
-        twins = [parse_model_name(m) for m in model]  # the rows' twin columns follow the models they get
-        jobs.append(rows.assign(model=model, job_id=[f"{m}__{impl}__{norm}" for m in model],
-                                base_model=[t.base_model for t in twins], twin=[t.kind for t in twins]))
+        jobs.append(with_models(rows, model).assign(job_id=[f"{m}__{impl}__{norm}" for m in model]))
     return table(*jobs)

@@ -395,9 +395,11 @@ def evidence(row: Mapping, n_jobs: int) -> str:
 
 
 def yardstick_findings(table: pd.DataFrame, exact: pd.DataFrame | None = None,
-                       settings: Mapping[str, float] | None = None, alpha: float = ALPHA) -> list[dict]:
-    """The ``worse_than_yardstick`` findings: one per flagged job (JOB_KEY, flag, evidence)."""
-    a = assess(table, exact, settings, alpha)
+                       settings: Mapping[str, float] | None = None, alpha: float = ALPHA,
+                       assessed: pd.DataFrame | None = None) -> list[dict]:
+    """The ``worse_than_yardstick`` findings: one per flagged job (JOB_KEY, flag, evidence);
+    ``assessed``: ``assess`` of the same arguments, made already (``findings.findings``)."""
+    a = assess(table, exact, settings, alpha) if assessed is None else assessed
     if a.empty or not a["flagged"].any():
         return []
     judged = a[a["yardstick"] != "none"].groupby(["norm", *IMPL_KEY]).size()

@@ -24,7 +24,7 @@ from attackaudit.fidelity import prepare, twins_of  # every fidelity check reads
 from attackaudit.fidelity.equivalence import answer, pair_test, pair_values
 from attackaudit.fidelity.stats import ALPHA, holm
 from attackaudit.fidelity.twins import seed_twin_check
-from attackaudit.results.schema import SEED, Twin, with_twin_columns
+from attackaudit.results.schema import SEED, Twin, with_models, with_twin_columns
 
 COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ", "largest_relative_difference",
            "answer", "flags", "rng_used", "declared"]
@@ -76,7 +76,7 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str
             on_model.setdefault((str(f.model), f.norm, f.implementation, f.library_version), set()).add(str(f.flag))
     keys = [(r.model, r.norm, r.implementation, r.library_version) for r in check.itertuples(index=False)]
     rng = t.assign(rng_used=t["rng_used"].eq(True) if "rng_used" in t.columns else False)  # NaN: not recorded
-    moved = rng.assign(model=rng["base_model"].where(rng["twin"] == SEED, rng["model"])) \
+    moved = with_models(rng, [Twin(b) if k == SEED else Twin(b, k) for b, k in zip(rng["base_model"], rng["twin"])]) \
         .groupby(["model", "norm", "implementation", "library_version"])["rng_used"].any().to_dict()
     declared = declared or {}
     return check.assign(

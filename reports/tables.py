@@ -18,7 +18,8 @@ import pandas as pd
 from attackaudit import fidelity
 from attackaudit.fidelity.equivalence import DELTA
 from attackaudit.fidelity.flag_kinds import FLAG_MEANINGS, defect_rows, with_severity
-from attackaudit.fidelity.yardstick_verdicts import manifest_settings, standing
+from attackaudit.fidelity.findings import findings
+from attackaudit.fidelity.yardstick_verdicts import manifest_settings
 from attackaudit.results.schema import with_implementation, with_twin_columns
 from .looks import recommend_looks
 from .seed_twins import declared_randomised, seed_twin_table
@@ -322,21 +323,6 @@ def measurement_notes(table: pd.DataFrame, local: pd.DataFrame) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ build
-def _flags(table: pd.DataFrame, repeats: pd.DataFrame | None, exact: pd.DataFrame | None, settings: dict | None,
-           notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(``fidelity.flags`` of the rows, the exact distances it could use): exact distances that do
-    not match the rows must not lose the report (a note says so, and they are left out)."""
-    try:
-        return fidelity.flags(table, repeats, exact=exact, settings=settings), exact
-    except ValueError:
-        raise
-    except Exception as exc:
-        if exact is None:
-            raise
-        notes.append(f"Exact distances could not be used ({_one_line(exc, 160)}).")
-        return fidelity.flags(table, repeats, settings=settings), None
-
-
 def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[Path] | None = None,
           exact: pd.DataFrame | None = None, repeats: pd.DataFrame | None = None) -> ReportData:
     """All report content for a result table (``harness/run/job.py`` ``ROW_COLUMNS``); ``repeats``: a
@@ -361,17 +347,20 @@ def build(table: pd.DataFrame, manifests: list[dict] | None = None, runs: list[P
         if table.empty:
             raise InputError("no job of this run has a result: every one failed before its attack started "
                              "(harness_error; logs/<job_id>.log says why); run the same command again")
-    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
-        notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
-        exact = None
     prepared = fidelity.prepare(table)  # once per report: every fidelity check below takes it as it is
-    flags_df, exact = _flags(prepared, repeats, exact, manifest_settings(manifests), notes)
+    # the flags and the yardstick standing, one assessment for both; exact distances the rows cannot
+    # use are left out (a note says why) rather than losing the report
+    found = findings(prepared, repeats, exact=exact, settings=manifest_settings(manifests))
+    if found.exact_untargeted:
+        notes.append("Exact distances are untargeted; they are left out of this targeted run's report.")
+    if found.exact_error is not None:
+        notes.append(f"Exact distances could not be used ({_one_line(found.exact_error, 160)}).")
+    flags_df, exact = found.flags, found.exact
     board = fidelity.leaderboard(prepared)
     side, pairs = fidelity.align(prepared)
     # each pick's ratio to its yardstick, on the first look's images; a later look's rows (--until-decided:
     # looks.py) come annotated on their own images, as the runner judged them
-    rec, look_notes = recommend_looks(prepared, flags_df, board, runs, manifests,
-                                      standing(prepared, exact, manifest_settings(manifests)))
+    rec, look_notes = recommend_looks(prepared, flags_df, board, runs, manifests, found.standing)
     flags_df, seeds = with_severity(flags_df), seed_twin_table(prepared, flags_df, declared_randomised(manifests))
     local = fidelity.local_optimality(prepared)
     crashes = _crashes(table)

@@ -69,6 +69,16 @@ def with_twin_columns(rows):
     return rows.assign(base_model=[t.base_model for t in twins], twin=[t.kind for t in twins])
 
 
+def with_models(rows, models):
+    """``rows`` (a DataFrame) on other models: ``models`` gives each row its model, a ``Twin`` or a
+    name (its twin suffix read by ``parse_model_name``), and the ``model``, ``base_model`` and
+    ``twin`` columns are written from it together. The one way to rename a table's models: a
+    ``model`` column reassigned alone leaves the twin columns naming the old model."""
+    twins = [m if isinstance(m, Twin) else parse_model_name(m) for m in models]
+    return rows.assign(model=[t.name for t in twins], base_model=[t.base_model for t in twins],
+                       twin=[t.kind for t in twins])
+
+
 def implementation_name(library: str, name: str, variant: str = "") -> str:
     """The one writer of an implementation's name, ``library/name[:variant]`` (the ``implementation``
     column; with the norm, one line of the leaderboard)."""

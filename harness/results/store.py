@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from attackaudit.results.schema import ROW_COLUMNS, Twin, with_invalid_reason, with_twin_columns
+from attackaudit.results.schema import ROW_COLUMNS, Twin, with_invalid_reason, with_models, with_twin_columns
 from attackaudit.errors import InputError
 
 
@@ -144,9 +144,7 @@ def load_run(run_dir: str | Path) -> pd.DataFrame:
     rows = pd.concat(frames, ignore_index=True)
     names = model_names(run_dir)
     if names:
-        twins = [Twin(b, k) for b, k in zip(rows["base_model"], rows["twin"])]
-        rows["model"] = [model_label(t, names) for t in twins]
-        rows["base_model"] = [names.get(t.base_model, t.base_model) for t in twins]
+        rows = with_models(rows, [Twin(names.get(b, b), k) for b, k in zip(rows["base_model"], rows["twin"])])
     return rows
 
 
