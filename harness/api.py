@@ -26,6 +26,7 @@ import pandas as pd
 
 from attackaudit.results.store import atomic_write_bytes, load_run, read_manifest
 from attackaudit.sources.user_args import NORMS  # noqa: F401  (attackaudit.api.NORMS, as before)
+from attackaudit.sources.user_args import check as _check
 from attackaudit.sources.user_args import check_int as _check_int  # noqa: F401  (tests call api._check_int)
 from attackaudit.sources.user_args import checked_scalars as _checked_scalars, filters as _filters
 from attackaudit.sources.user_args import plugin_paths as _plugin_paths, run_dir_of as _run_dir
@@ -135,12 +136,10 @@ def compare(model: "nn.Module", inputs: "Tensor | np.ndarray", labels: "Tensor |
                                         targeted=targeted, metamorphic=metamorphic, progress=progress)
     names = _filters(families=families, norms=norms, libraries=libraries, attacks=attacks)
     plugin_paths = _plugin_paths(plugins)
-    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if retry not in (None, "crashed"):
-        raise ValueError(f"retry must be None or 'crashed', got {retry!r}")
+    _check("device", device)
+    _check("retry", "" if retry is None else retry)  # None: the run's "" (no retry)
     if until_decided is not None:
-        _check_int("until_decided", until_decided, 1)
+        _check("until_decided", until_decided)
         if until_decided <= samples:
             raise ValueError(f"until_decided must be larger than samples ({samples}, the first look's images), "
                              f"got {until_decided}")

@@ -21,11 +21,8 @@ import pandas as pd
 
 from attackaudit.fidelity.advice import SAMPLES_N, Advice, advice_of, in_view
 
-#: command-line flag → ``compare()`` argument
-CLI_TO_API = {"--samples": "samples", "--budget": "budget", "--seed": "seed", "--steps-scale": "steps_scale",
-              "--batch-size": "batch_size", "--workers": "workers", "--timeout": "timeout_s",
-              "--families": "families", "--norms": "norms", "--libraries": "libraries", "--attacks": "attacks",
-              "--plugin": "plugins", "--device": "device", "--out": "out", "--retry": "retry"}
+#: command-line flag → ``compare()`` argument: made from the parameter table (harness/results/parameters.py)
+from attackaudit.results.parameters import CLI_TO_API
 #: on/off flags → the argument that turns them on
 SWITCHES = {"--targeted": "targeted=True", "--metamorphic": "metamorphic=True"}
 STYLES = ("cli", "api")

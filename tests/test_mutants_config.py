@@ -94,8 +94,8 @@ def test_dataset_and_threat_model_errors_are_config_errors():
 
 def test_devices():
     assert config(device="cpu").device == "cpu"
-    assert error(device="gpu") == "--device 'gpu' is not one of cpu, cuda, cuda:N, auto"
-    assert error(device="CUDA:0") == "--device 'CUDA:0' is not one of cpu, cuda, cuda:N, auto"
+    assert error(device="gpu") == "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"
+    assert error(device="CUDA:0") == "--device must be auto, cpu, cuda or cuda:N, got 'CUDA:0'"
     if not torch.cuda.is_available():  # a well-formed CUDA device on a machine without one
         for device in ("cuda", "cuda:0", "cuda:1"):
             assert error(device=device) == (f"--device {device} but torch sees no CUDA device; "
@@ -106,29 +106,39 @@ def test_devices():
 
 def test_norms():
     assert config(norms=["l0", "l1", "l2", "linf"]).norms == ["l0", "l1", "l2", "linf"]
-    assert error(norms=["l2", "l3"]) == "unknown norm 'l3'; use l0, l1, l2 or linf"
-    assert error(norms=["L2", "l5"]) == "unknown norm 'l5'; use l0, l1, l2 or linf"  # any case: L2 is l2
+    assert error(norms=["l2", "l3"]) == "--norms must be l0, l1, l2 or linf (any case), got 'l3'"
+    assert error(norms=["L2", "l5"]) == "--norms must be l0, l1, l2 or linf (any case), got 'l5'"  # L2 is l2
     assert config(norms=["L2", "Linf"]).norms == ["l2", "linf"]
 
 
 @pytest.mark.parametrize("name, bad, message", [
-    ("samples", 0, "--samples must be a positive integer, got 0"),
-    ("samples", -1, "--samples must be a positive integer, got -1"),
-    ("split_samples", -1, "split_samples must be 0 (all samples) or positive, got -1"),
-    ("budget", 0, "--budget must be a positive integer, got 0"),
-    ("executor", "ray", "--executor 'ray' is not one of local, dask"),
-    ("workers", 0, "--workers must be positive, got 0"),
+    # one form (harness/results/parameters.py): the flag (a TOML key without one), what it must be, the value
+    ("samples", 0, "--samples must be an integer ≥ 1, got 0"),
+    ("samples", -1, "--samples must be an integer ≥ 1, got -1"),
+    ("samples", "4", "--samples must be an integer ≥ 1, got '4'"),  # a TOML string: named, not a crash
+    ("split_samples", -1, "split_samples must be an integer ≥ 0 (0: all samples), got -1"),
+    ("budget", 0, "--budget must be an integer ≥ 1, got 0"),
+    ("seed", -1, "--seed must be an integer ≥ 0, got -1"),
+    ("batch_size", -1, "--batch-size must be an integer ≥ 0, got -1"),
+    ("executor", "ray", "--executor must be local or dask, got 'ray'"),
+    ("workers", 0, "--workers must be an integer ≥ 1, got 0"),
     ("repeat", 3, "--repeat must be 1 or 2 (a second seeded run to compare with), got 3"),
-    ("retry", "all", "--retry 'all' is not one of: crashed"),
-    ("steps_scale", 0.0, "steps_scale must be positive, got 0.0"),
+    ("retry", "all", "--retry must be crashed, got 'all'"),
+    ("steps_scale", 0.0, "--steps-scale must be a positive number, got 0.0"),
+    ("timeout_s", 0, "--timeout must be a positive number, got 0"),
+    ("targeted", "yes", "targeted must be True or False, got 'yes'"),
 ])
 def test_a_bad_scalar_is_one_line_naming_it(name, bad, message):
     assert error(**{name: bad}) == message
+    with pytest.raises(ConfigError) as caught:
+        config(**{name: bad})
+    assert caught.value.parameter == name
 
 
 @pytest.mark.parametrize("name, smallest", [("samples", 1), ("budget", 1), ("workers", 1), ("split_samples", 0),
                                             ("steps_scale", 0.01), ("repeat", 2), ("executor", "dask"),
-                                            ("retry", "crashed")])
+                                            ("retry", "crashed"), ("seed", 0), ("batch_size", 0),
+                                            ("timeout_s", 0.01)])
 def test_the_smallest_good_value_passes(name, smallest):
     assert getattr(config(**{name: smallest}), name) == smallest
 

@@ -1,1 +1,1 @@
-"""The result row schema and the run directory store."""
+"""The result row schema, the run's parameter table and the run directory store."""

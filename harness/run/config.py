@@ -4,11 +4,12 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
+
 from attackaudit.errors import InputError
-from attackaudit.results.schema import DEFAULT_BUDGET
+from attackaudit.results.parameters import NON_RESULT_FIELDS, PARAMETERS
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: one model, two norms, few samples, a fifth of every attack's steps
@@ -25,77 +26,30 @@ PRESETS: dict[str, dict[str, Any]] = {
              "samples": 16, "split_samples": 4, "steps_scale": 0.5, "workers": 2},
 }
 
-#: fields that do not change results: they may differ between a run and its resumption
-NON_RESULT_FIELDS = {"out", "quiet", "executor", "scheduler", "workers", "force", "timeout_s",
-                     "memory_limit_mb", "preset", "strict", "allow_download", "trust_checkpoint",
-                     "repeat",  # the repeat is a second run beside the first: adding it resumes the first
-                     "retry",
-                     "exact",  # exact minima beside the jobs (exact/defaults.py), not what a job computes
-                     # how many looks judge the jobs, not what a job computes: a plain run of the
-                     # first look's size resumes as the first look (run/sequential.py)
-                     "until_decided",
-                     "model_names"}  # how a model is shown, not what runs: renaming one resumes its run
-
 
 class ConfigError(InputError):
     """A config value is wrong; the message is one line naming the culprit and the fix."""
 
 
-@dataclass
-class RunConfig:
-    out: str = ""
-    preset: str = ""
-    models: list[str] = field(default_factory=lambda: ["digits-cnn"])
-    dataset: str = "digits"
-    libraries: list[str] | None = None
-    families: list[str] | None = None
-    norms: list[str] | None = None
-    attacks: list[str] | None = None  # spec keys or implementations, e.g. "adv_lib/fmn"
-    samples: int = 32
-    budget: int = DEFAULT_BUDGET
-    seed: int = 0
-    targeted: bool = False
-    metamorphic: bool = False
-    # images of the batch-split twin M~split (the first ones of the subset; 0 = all of --samples):
-    # its one-image calls cost ~6x a batched job's CPU on the digits MLP
-    split_samples: int = 0
-    repeat: int = 1  # 2: every job on the first model runs twice with the same seed (nondeterminism)
-    steps_scale: float = 1.0
-    device: str = "cpu"  # cpu | cuda | cuda:N | auto (cuda when available)
-    batch_size: int = 0
-    model_dir: str = ""  # RobustBench checkpoints: <model_dir>/<dataset>/<threat_model>/<name>.pt
-    threat_model: str = ""  # RobustBench threat model of robustbench: models that name none ("" = Linf)
-    allow_download: bool = False  # let model sources download weights (never otherwise)
-    trust_checkpoint: bool = False  # unpickle checkpoints in full (weights_only=False)
-    plugins: list[str] = field(default_factory=list)
-    # interpreter of the whole run, e.g. a release environment of `attackaudit audit` ("" = this
-    # one). A result field: its environment pins the library release, so results differ.
-    python: str = ""
-    executor: str = "local"
-    scheduler: str | None = None
-    workers: int = 1
-    timeout_s: float = 900.0
-    memory_limit_mb: int = 8192
-    quiet: bool = False
-    force: bool = False
-    strict: bool = False
-    retry: str = ""  # "crashed": finished jobs that crashed run again (runner.RETRY_STATUSES)
-    # exact minimal distances of the models that admit them (digits-mlp, digits-mlp-tiny and their
-    # twins) written beside the run's jobs (exact/defaults.py); False (--no-exact) skips them
-    exact: bool = True
-    # a cap > samples: judge at samples, then extend the undecided family × norm rows along the
-    # nested subsets (doubling) up to the cap or the dataset's size (run/sequential.py); 0: one look
-    until_decided: int = 0
-    # model source -> the name rows, bars and pages show (attackaudit.compare's name=; store.model_label)
-    model_names: dict[str, str] = field(default_factory=dict)
+class _RunConfigMethods:
+    """What a RunConfig does besides holding its fields (harness/results/parameters.py's table)."""
 
     @property
     def name(self) -> str:
-        return Path(self.out).name
+        return Path(self.out).name  # type: ignore[attr-defined]
 
     def result_config(self) -> dict:
         """The part of the config that determines results (compared on resume)."""
-        return {k: v for k, v in asdict(self).items() if k not in NON_RESULT_FIELDS}
+        return {k: v for k, v in asdict(self).items() if k not in NON_RESULT_FIELDS}  # type: ignore[call-overload]
+
+
+#: one run's parameters: a field per row of ``PARAMETERS``, its default the row's (what each
+#: means: the table's comments and help texts)
+RunConfig = make_dataclass("RunConfig", [(p.name, p.annotation, field(default_factory=p.fresh_default)
+                                          if isinstance(p.default, (list, dict)) else field(default=p.default))
+                                         for p in PARAMETERS], bases=(_RunConfigMethods,))
+RunConfig.__module__ = __name__  # make_dataclass's class is pickled (to the workers) by this name
+RunConfig.__doc__ = "One run's parameters (harness/results/parameters.py): defaults < preset < TOML < flags."
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -145,7 +99,7 @@ def validate(config: RunConfig) -> None:
     from attackaudit.sources.zoo import ZOO
 
     if not config.out:
-        raise ConfigError("--out DIR is required: the directory the run's results go to")
+        raise ConfigError("--out DIR is required: the directory the run's results go to", "out")
     from attackaudit.sources.dataset_sources import DataSourceError, parse_source
     from attackaudit.sources.model_loader import ModelSourceError, normalize_threat_model, parse_model_source
 
@@ -154,53 +108,33 @@ def validate(config: RunConfig) -> None:
         if base not in ZOO and ":" not in model:
             near = difflib.get_close_matches(base.lower(), sorted(ZOO), n=3, cutoff=0.6)
             raise ConfigError(f"unknown model {model!r}" + (f" (nearest: {', '.join(near)})" if near else "")
-                              + "; `attackaudit models` lists the zoo")
+                              + "; `attackaudit models` lists the zoo", "models")
         try:
             parsed = parse_model_source(model)
         except ModelSourceError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(str(exc), "models") from None
         if parsed.kind == "zoo" and parsed.name not in ZOO:
-            raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo")
+            raise ConfigError(f"unknown model {model!r}; `attackaudit models` lists the zoo", "models")
     try:
         parse_source(config.dataset)
         normalize_threat_model(config.threat_model)
     except (DataSourceError, ModelSourceError) as exc:
         raise ConfigError(str(exc)) from None
+    for p in PARAMETERS:  # types, bounds and choices, each in the table's one message form
+        problem = p.problem(getattr(config, p.name))
+        if problem:
+            raise ConfigError(problem, p.name)
     device = str(config.device)
-    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
-        raise ConfigError(f"--device {device!r} is not one of cpu, cuda, cuda:N, auto")
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device} but torch sees no CUDA device; use --device cpu or auto")
-    if config.norms:
-        bad = [n for n in config.norms if n not in ("l0", "l1", "l2", "linf")]
-        if bad:
-            raise ConfigError(f"unknown norm {bad[0]!r}; use l0, l1, l2 or linf")
-    if config.samples <= 0:
-        raise ConfigError(f"--samples must be a positive integer, got {config.samples}")
-    if config.split_samples < 0:
-        raise ConfigError(f"split_samples must be 0 (all samples) or positive, got {config.split_samples}")
-    if config.budget <= 0:
-        raise ConfigError(f"--budget must be a positive integer, got {config.budget}")
-    if config.executor not in ("local", "dask"):
-        raise ConfigError(f"--executor {config.executor!r} is not one of local, dask")
-    if config.workers <= 0:
-        raise ConfigError(f"--workers must be positive, got {config.workers}")
-    if config.repeat not in (1, 2):
-        raise ConfigError(f"--repeat must be 1 or 2 (a second seeded run to compare with), got {config.repeat}")
-    if config.retry not in ("", "crashed"):
-        raise ConfigError(f"--retry {config.retry!r} is not one of: crashed")
-    if config.until_decided < 0:
-        raise ConfigError(f"--until-decided must be a positive number of images (the cap), got {config.until_decided}")
+            raise ConfigError(f"--device {device} but torch sees no CUDA device; use --device cpu or auto", "device")
     if config.until_decided and config.until_decided <= config.samples:
         raise ConfigError(f"--until-decided {config.until_decided} must be larger than --samples {config.samples} "
-                          "(the first look's images), or 0 for one look")
-    if config.steps_scale <= 0:
-        raise ConfigError(f"steps_scale must be positive, got {config.steps_scale}")
+                          "(the first look's images), or 0 for one look", "until_decided")
     for plugin in config.plugins:
         if not Path(plugin).is_file():
-            raise ConfigError(f"--plugin {plugin} does not exist; pass a .py file defining specs()")
+            raise ConfigError(f"--plugin {plugin} does not exist; pass a .py file defining specs()", "plugins")
     if config.python and not (Path(config.python).is_file() and os.access(config.python, os.X_OK)):
-        raise ConfigError(f"python {config.python} is not an executable interpreter")
+        raise ConfigError(f"python {config.python} is not an executable interpreter", "python")

@@ -1,39 +1,46 @@
-"""The grid's command-line flags, defined once: `attackaudit run` and `attackaudit audit` both take
-them, and both turn them into the flag mapping that ``config.resolve`` reads."""
+"""The command-line flags of a run, made from the parameter table (harness/results/parameters.py):
+`attackaudit run` takes every flag of the table, `attackaudit audit` the grid's, and both turn
+them into the flag mapping that ``config.resolve`` reads."""
 from __future__ import annotations
 
 import argparse
+from typing import Iterable
 
-from attackaudit.run.config import RunConfig
+from attackaudit.results.parameters import PARAMETERS, Parameter
 
-#: flags whose value is passed through as given (None when absent)
-GRID_VALUES = ["models", "families", "norms", "attacks", "samples", "budget", "seed", "steps_scale", "device",
-               "workers", "timeout_s"]
-#: on/off flags: True when given, None (the config's or preset's value) when absent
-GRID_SWITCHES = ["targeted", "quiet"]
+#: the flags of ``attackaudit audit`` (and of ``attackaudit run``) that choose and size the grid
+GRID: tuple[Parameter, ...] = tuple(p for p in PARAMETERS if p.grid and p.flag)
+#: every flag of ``attackaudit run``, in the order --help lists them
+RUN: tuple[Parameter, ...] = tuple(p for p in PARAMETERS if p.flag)
+
+
+def add_argument(p: argparse.ArgumentParser, param: Parameter) -> None:
+    """``param``'s flag on ``p``. Its argparse default is None (False for a switch): an absent flag
+    leaves the config file's, the preset's or RunConfig's value standing."""
+    kwargs: dict = {"dest": param.name, "help": param.help}
+    if param.action == "store_false":  # --no-X: False when given, None when absent
+        kwargs.update(action="store_false", default=None)
+    elif param.action:
+        kwargs["action"] = param.action
+    elif param.type is list:
+        kwargs["nargs"] = "+"
+    elif param.type in (int, float):
+        kwargs["type"] = param.type
+    if param.cli_choices:
+        kwargs["choices"] = list(param.choices or ())
+    if param.metavar:
+        kwargs["metavar"] = param.metavar
+    p.add_argument(param.flag, **kwargs)
 
 
 def add_grid_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that choose and size a grid of models × attacks × norms."""
-    p.add_argument("--models", nargs="+")
-    p.add_argument("--families", nargs="+")
-    p.add_argument("--norms", nargs="+")
-    p.add_argument("--attacks", nargs="+", help="spec keys or implementations, e.g. adv_lib/fmn")
-    p.add_argument("--samples", type=int)
-    p.add_argument("--budget", type=int, help=f"forwards + backwards per sample (default {RunConfig.budget})")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--steps-scale", dest="steps_scale", type=float, help="scale every attack's iterations")
-    p.add_argument("--targeted", action="store_true")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (cuda when available)")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per job before it is killed")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    for param in GRID:
+        add_argument(p, param)
 
 
-def grid_flags(args: argparse.Namespace, values: list[str] = GRID_VALUES,
-               switches: list[str] = GRID_SWITCHES) -> dict:
+def grid_flags(args: argparse.Namespace, params: Iterable[Parameter] = GRID) -> dict:
     """The parsed flags as the mapping ``config.resolve`` takes: absent flags are None, so the
-    config file's or preset's value stands."""
-    flags = {k: getattr(args, k) for k in values}
-    flags.update({k: True if getattr(args, k) else None for k in switches})
-    return flags
+    config file's or preset's value stands (a switch not given is None, not False)."""
+    return {p.name: (True if getattr(args, p.name) else None) if p.action == "store_true" else getattr(args, p.name)
+            for p in params}

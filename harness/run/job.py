@@ -48,6 +48,9 @@ class Job:
     run: str
     model: str  # the model's name: its source, and ``~KIND`` for a twin (``twin``)
     spec_key: str  # the spec's catalogue key (``attack``), the worker finds the spec by it
+    # dataset ... steps_scale, threat_model, allow_download, trust_checkpoint: the config's values of
+    # the parameter table's job rows (harness/results/parameters.py; runner._job copies them), with
+    # RunConfig's defaults (tests/test_parameters.py holds both)
     dataset: str = "digits"
     samples: int = 32
     seed: int = 0

@@ -23,6 +23,7 @@ from attackaudit.run.config import ConfigError, RunConfig
 from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecutor
 from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
+from attackaudit.results.parameters import PARAMETERS
 from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, implementation_name, parse_model_name
 from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
                                       write_manifest)
@@ -71,14 +72,11 @@ def _criterion_skip(spec: AttackSpec, targeted: bool) -> tuple[str, str]:
 def _job(config: RunConfig, model: Twin, spec: AttackSpec, plugin_ref: str) -> Job:
     """The job of ``spec`` on ``model``; ``plugin_ref``: the ``--plugin`` file that defines the
     spec (``PluginSource.ref``, pinned to its content) or "" for a built-in or entry-point spec."""
+    copied = {p.name: getattr(config, p.name) for p in PARAMETERS if p.job}  # the table's job=True fields
     return Job(run=config.name, model=model.name, twin=model, spec_key=spec.key, attack=spec.id,
-               dataset=config.dataset, samples=twin_samples(model, config.samples, config.split_samples),
-               seed=config.seed, budget=config.budget, targeted=config.targeted, device=config.device,
-               batch_size=config.batch_size, plugins=(plugin_ref,) if plugin_ref else (),
-               steps_scale=config.steps_scale,
-               model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "",
-               threat_model=config.threat_model, allow_download=config.allow_download,
-               trust_checkpoint=config.trust_checkpoint)
+               **{**copied, "samples": twin_samples(model, config.samples, config.split_samples)},
+               plugins=(plugin_ref,) if plugin_ref else (),
+               model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "")
 
 
 def _unmatched(entries: list, config: RunConfig) -> list[str]:

@@ -11,29 +11,36 @@ from typing import Sequence
 
 import numpy as np
 
-NORMS = ("l0", "l1", "l2", "linf")
+from attackaudit.errors import InputError
+from attackaudit.results.parameters import BY_API, BY_NAME, Parameter
+
+NORMS: tuple[str, ...] = BY_NAME["norms"].choices or ()
+#: compare()'s own switch, not a run parameter: the config's quiet, the other way round
+PROGRESS = Parameter("progress", bool, True, api="progress")
 
 
 def checked_scalars(n: int, *, samples: object, budget: object, seed: object, batch_size: object, workers: object,
                     steps_scale: object, timeout_s: object, targeted: object, metamorphic: object,
                     progress: object) -> tuple[int, int]:
     """(samples, workers) with their defaults filled in (all ``n`` inputs; up to 2 workers), or
-    ValueError naming the first argument that is wrong, in ``compare``'s parameter order."""
+    ValueError naming the first argument that is wrong, in ``compare``'s parameter order. The
+    rules are the parameter table's (harness/results/parameters.py)."""
     if samples is None:
-        samples = n
-    check_int("samples", samples, 1)  # more than n: all n, with a note (data.samples_note, the run's rule)
-    check_int("budget", budget, 1)
-    check_int("seed", seed, 0)
-    check_int("batch_size", batch_size, 0)
+        samples = n  # more than n: all n, with a note (data.samples_note, the run's rule)
     workers = min(2, os.cpu_count() or 1) if workers is None else workers
-    check_int("workers", workers, 0)
-    for name, value in (("steps_scale", steps_scale), ("timeout_s", timeout_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    for name, value in (("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    return samples, workers
+    for name, value in (("samples", samples), ("budget", budget), ("seed", seed), ("batch_size", batch_size),
+                        ("workers", workers), ("steps_scale", steps_scale), ("timeout_s", timeout_s),
+                        ("targeted", targeted), ("metamorphic", metamorphic), ("progress", progress)):
+        check(name, value)
+    return samples, workers  # type: ignore[return-value]
+
+
+def check(name: str, value: object) -> None:
+    """InputError (a ValueError) naming the ``compare()`` keyword ``name`` when ``value`` breaks
+    its row of the parameter table: ``samples must be an integer ≥ 1, got 0``."""
+    problem = (PROGRESS if name == "progress" else BY_API[name]).problem(value, "api")
+    if problem:
+        raise InputError(problem, name)
 
 
 def filters(**filters: str | Sequence[str] | None) -> dict[str, list[str] | None]:
