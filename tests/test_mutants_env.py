@@ -210,7 +210,7 @@ def test_run_under_refuses_what_cannot_run(tmp_path):
     with pytest.raises(ConfigError) as caught:
         run_under(RunConfig(out=str(tmp_path / "run"), python=sys.executable, samples=0, libraries=["probe"],
                             plugins=[PROBE]))
-    assert str(caught.value) == "--samples must be positive, got 0"
+    assert str(caught.value) == "--samples must be an integer ≥ 1, got 0"
 
 
 def test_the_child_checks_it_runs_under_the_configs_interpreter(tmp_path):

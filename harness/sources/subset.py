@@ -17,6 +17,7 @@ from torch import Tensor
 
 from attackaudit.sources.dataset_sources import digits, open_source  # digits re-exported: callers load it from here
 from attackaudit.errors import InputError
+from attackaudit.results.parameters import BY_NAME
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,9 @@ def subset_hash(inputs: Tensor, labels: Tensor) -> str:
 def subset_indices(n: int, size: int, seed: int) -> np.ndarray:
     """``size`` of ``n`` sample indices chosen by ``seed``: the first ``size`` of one seeded
     permutation of 0…n−1, in that order, so that smaller subsets are prefixes of larger ones."""
-    if size <= 0:
-        raise InputError(f"--samples must be positive, got {size}")
+    problem = BY_NAME["samples"].problem(size)  # the run's rule (the parameter table), for any caller
+    if problem:
+        raise InputError(problem, "samples")
     size = min(size, n)
     return np.random.default_rng(seed).permutation(n)[:size]
 
