@@ -69,7 +69,7 @@ def bad(digits, **kwargs) -> str:
     ({"libraries": [""]}, "libraries must be a name or a non-empty list of names, got ['']"),
     ({"attacks": ["a", 3]}, "attacks must be a name or a non-empty list of names, got ['a', 3]"),
     ({"families": 3}, "families must be a name or a non-empty list of names, got 3"),
-    ({"norms": ["L2", "L9", "x"]}, "norms: 'L9' is not one of l0, l1, l2, linf (any case)"),
+    ({"norms": ["L2", "L9", "x"]}, "norms must be 'l0', 'l1', 'l2' or 'linf' (any case), got 'L9'"),
     ({"plugins": "no/such/plugin.py"},
      f"plugins: {Path('no/such/plugin.py').resolve()} is not a file; pass .py files that define specs()"),
 ])
