@@ -4,8 +4,10 @@
 ``worse_than_yardstick`` is its flagged jobs; the standing its per-implementation summary), so
 ``findings`` assesses once and hands the assessment to both. It also holds the one rule for exact
 distances the rows cannot use: a targeted table leaves them out (exact minima are untargeted), and
-exact distances that raise (they do not match the rows) are left out rather than losing the verdict
-(the report, ``reports/tables.py`` ``build``, says which in a note).
+exact distances that raise (they do not match the rows) are left out rather than losing the verdict.
+The report (``reports/tables.py`` ``build``, which says in a note what was left out) and each look of a
+run that extends until decided (``sequential.judge``) call it alike, so they judge the same rows the
+same way.
 """
 from __future__ import annotations
 

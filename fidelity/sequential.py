@@ -16,20 +16,25 @@ bound its chance is at most Σ a_k = α, whatever the dependence between the loo
 look k are among those of look k+1). ρ = 3 keeps most of α for the last look: the early looks
 decide what is plain (a large difference, a sole or flagged implementation), the cap what needs α.
 
-Everything here is a pure function of result tables (no I/O): ``judge`` is the verdict of one look.
+Everything here is a pure function of result tables (no I/O): ``judge`` is the verdict of one look,
+``judge_look`` the same of a look's rows as its directory holds them (``harness/results/looks.py``
+``read_look`` reads them; the results package stays below fidelity).
 """
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from attackaudit.results.schema import HARNESS_ERROR
 
-from .flags import flags
+from .findings import findings
+from .flag_kinds import raised_by_twins
 from .leaderboard import leaderboard
 from .recommend import recommend
 from .stats import ALPHA
-from .yardstick_verdicts import annotate, standing
+from .yardstick_verdicts import annotate, manifest_settings
 
 #: ρ of the spending function α·t^ρ (the power family; 3 is close to O'Brien–Fleming's): it keeps
 #: most of α for the cap, where "tied" needs it (three doubling looks: 0.0008, 0.0055, 0.044). With
@@ -93,41 +98,47 @@ def verdicts(rec: pd.DataFrame) -> dict[str, str]:
 def judge(table: pd.DataFrame, alpha: float, repeats: pd.DataFrame | None = None,
           exact: pd.DataFrame | None = None, dataset_images: int | None = None,
           settings: dict | None = None, carried: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The recommendation of one look's rows at its level ``alpha``: the flags (``repeats``: the
-    second seeded run of ``--repeat 2``; ``exact``: exact minimal distances, left out of a targeted
-    run as the report leaves them), the leaderboard and ``recommend``, as ``attackaudit report``
-    computes them (``settings``: the run's ``steps_scale`` and ``budget``, from its manifest as the
-    report reads them, so that the yardstick is looked up at the same setting; ``carried``: the
-    twins' findings of the look the twins ran in, ``look_flags`` then ``raised_by_twins``, for a
-    later look that runs the base models only). Empty when no row has a result."""
+    """The recommendation of one look's rows at its level ``alpha``: the flags and the yardstick
+    standing (``findings.findings``, as the report computes them: ``repeats``, the second seeded run
+    of ``--repeat 2``; ``exact``, exact minimal distances, left out where the report leaves them
+    out; ``settings``, the run's ``steps_scale`` and ``budget`` from its manifest, so that the
+    yardstick is looked up at the same setting), the leaderboard and ``recommend``. ``carried``:
+    the twins' findings of the look the twins ran in (``raised_by_twins``), for a later look that
+    runs the base models only. Empty when no row has a result."""
     if "status" in table.columns:
         table = table[table["status"].astype(str) != HARNESS_ERROR]
     if table.empty:
         return pd.DataFrame(columns=["family", "norm", "verdict", "trust_set"])
-    found, exact = look_flags(table, repeats, exact, settings)
-    if carried is not None and len(carried):
-        found = with_carried(found, carried)
-    rec = recommend(table, found, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)
+    found = findings(table, repeats, exact=exact, settings=settings)
+    flags_df = with_carried(found.flags, carried) if carried is not None and len(carried) else found.flags
+    rec = recommend(table, flags_df, board=leaderboard(table), alpha=alpha, dataset_images=dataset_images)
     # the yardstick's standing can turn a sole implementation "inconclusive" or a family "none"
     # (reports/tables.py annotates the same way): without it the runner would stop rows the report reopens
-    return annotate(rec, standing(table, exact, settings))
+    return annotate(rec, found.standing)
 
 
-def look_flags(table: pd.DataFrame, repeats: pd.DataFrame | None = None, exact: pd.DataFrame | None = None,
-               settings: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(``flags`` of one look's rows, the exact distances they used): exact distances that do not
-    match the rows are left out, and the rows judged without them, as the report does; a targeted
-    run is judged without them (exact minima are untargeted)."""
-    if exact is not None and "targeted" in table.columns and table["targeted"].fillna(False).astype(bool).any():
-        exact = None
-    try:
-        return flags(table, repeats, exact=exact, settings=settings), exact
-    except ValueError:
-        raise
-    except Exception:
-        if exact is None:
-            raise
-        return flags(table, repeats, settings=settings), None
+class LookRows(Protocol):
+    """One look's rows as ``harness/results/looks.py`` ``read_look`` reads them from its directory."""
+
+    table: pd.DataFrame
+    repeats: pd.DataFrame | None
+    exact: pd.DataFrame | None
+    manifest: dict
+
+
+def judge_look(look: LookRows, alpha: float, first: LookRows | None = None) -> pd.DataFrame:
+    """``judge`` of one look's rows at its level ``alpha``, with its ``--repeat`` rows, exact
+    distances, dataset size and settings as its manifest records them; ``first``: the first look's
+    rows, for a later look, which runs the base models only: the twins' findings of the first look
+    are carried to it. The one judgement of a look, for the runner, which chooses the rows it
+    extends by it (``harness/run/sequential.py``), and the report, which shows each row's last look
+    (``reports/looks.py``)."""
+    carried = None
+    if first is not None:
+        carried = raised_by_twins(findings(first.table, first.repeats, exact=first.exact,
+                                           settings=manifest_settings([first.manifest])).flags)
+    return judge(look.table, alpha, look.repeats, look.exact, look.manifest.get("dataset_images"),
+                 manifest_settings([look.manifest]), carried=carried)
 
 
 def with_carried(found: pd.DataFrame, carried: pd.DataFrame) -> pd.DataFrame:

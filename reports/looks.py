@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from attackaudit import fidelity
-from attackaudit.fidelity.sequential import row_key
+from attackaudit.fidelity.sequential import judge_look, row_key
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.fidelity.yardstick_verdicts import annotate
-from attackaudit.results.looks import judge_run
+from attackaudit.results.looks import read_look
 from attackaudit.sources.dataset_images import dataset_images
 
 
@@ -70,7 +70,7 @@ def final_verdicts(rec: pd.DataFrame, runs: list[Path], manifests: list[dict]) -
     for look, rows in found:
         where = Path(runs[0]) / look["directory"]
         try:
-            later = judge_run(where, float(look["alpha"]), first=Path(runs[0]))
+            later = judge_look(read_look(where), float(look["alpha"]), first=read_look(Path(runs[0])))
         except (ValueError, FileNotFoundError) as exc:
             notes.append(f"Look {look['look']} ({where}) cannot be judged ({exc}): rows {', '.join(rows)} show the "
                          "first look's verdict")

@@ -34,13 +34,14 @@ from typing import Callable
 
 import pandas as pd
 
-from attackaudit.fidelity.sequential import SPENDING_POWER, is_open, look_alphas, look_sizes, row_key, verdicts
+from attackaudit.fidelity.sequential import (SPENDING_POWER, is_open, judge_look, look_alphas, look_sizes, row_key,
+                                             verdicts)
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.run.config import RunConfig
 from attackaudit.run.executors import Executor
 from attackaudit.run import runner  # runner.run looked up at each call (a test stops it there)
 from attackaudit.run.runner import RunSummary
-from attackaudit.results.looks import judge_run, look_dir
+from attackaudit.results.looks import look_dir, read_look
 from attackaudit.results.schema import parse_model_name
 from attackaudit.results.store import read_manifest, update_manifest
 
@@ -101,7 +102,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
                               **({} if k == 1 else base_models_only(config)))
         summaries.append(runner.run(look_config, executor, say if k == 1 else (lambda note: None)))
         update_manifest(where, alpha=alpha, look=k)
-        rec = judge_run(where, alpha, first=out)
+        rec = judge_look(read_look(where), alpha, first=read_look(out) if k > 1 else None)
         rows = verdicts(rec)
         still = sorted(row_key(r["family"], r["norm"]) for _, r in rec.iterrows() if is_open(r))
         last = k == len(sizes) or not still
@@ -129,7 +130,7 @@ def base_models_only(config: RunConfig) -> dict:
     """The fields of a later look's config that leave the twins out: its models without the twin
     models, no ``--metamorphic``, no ``--repeat``. The twins ran on the first look's images, where
     each twin and its base model share their images and their batch; their findings are carried
-    (``results.looks.judge_run``). Rerun beside a larger base batch, a model twin would read a
+    (``fidelity.sequential.judge_look``). Rerun beside a larger base batch, a model twin would read a
     batch-dependent or chaotic search as the twin's difference."""
     return {"models": [m for m in config.models if not parse_model_name(m).is_twin],
             "metamorphic": False, "repeat": 1}
