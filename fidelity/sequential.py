@@ -126,17 +126,19 @@ class LookRows(Protocol):
     manifest: dict
 
 
-def judge_look(look: LookRows, alpha: float, first: LookRows | None = None) -> pd.DataFrame:
+def twins_findings(first: LookRows) -> pd.DataFrame:
+    """The findings the twins raised on the first look (``raised_by_twins`` of its flags), which a
+    later look, running the base models only, carries: computed once for all the later looks."""
+    return raised_by_twins(findings(first.table, first.repeats, exact=first.exact,
+                                    settings=manifest_settings([first.manifest])).flags)
+
+
+def judge_look(look: LookRows, alpha: float, carried: pd.DataFrame | None = None) -> pd.DataFrame:
     """``judge`` of one look's rows at its level ``alpha``, with its ``--repeat`` rows, exact
-    distances, dataset size and settings as its manifest records them; ``first``: the first look's
-    rows, for a later look, which runs the base models only: the twins' findings of the first look
-    are carried to it. The one judgement of a look, for the runner, which chooses the rows it
-    extends by it (``harness/run/sequential.py``), and the report, which shows each row's last look
-    (``reports/looks.py``)."""
-    carried = None
-    if first is not None:
-        carried = raised_by_twins(findings(first.table, first.repeats, exact=first.exact,
-                                           settings=manifest_settings([first.manifest])).flags)
+    distances, dataset size and settings as its manifest records them; ``carried``: for a later
+    look, the first look's ``twins_findings``. The one judgement of a look, for the runner, which
+    chooses the rows it extends by it (``harness/run/sequential.py``), and the report, which shows
+    each row's last look (``reports/looks.py``)."""
     return judge(look.table, alpha, look.repeats, look.exact, look.manifest.get("dataset_images"),
                  manifest_settings([look.manifest]), carried=carried)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from attackaudit import fidelity
-from attackaudit.fidelity.sequential import judge_look, row_key
+from attackaudit.fidelity.sequential import judge_look, row_key, twins_findings
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.fidelity.yardstick_verdicts import annotate
 from attackaudit.results.looks import read_look
@@ -67,10 +67,12 @@ def final_verdicts(rec: pd.DataFrame, runs: list[Path], manifests: list[dict]) -
         f"{'s' * (len(lk.get('rows', {})) != 1)})" for lk in looks)
         + f"; each row's verdict is its last look's. Every other table shows the first {looks[0]['images']} images."]
     replaced: dict[str, dict] = {}
+    carried = None  # the first look's twin findings, read once for every later look
     for look, rows in found:
         where = Path(runs[0]) / look["directory"]
         try:
-            later = judge_look(read_look(where), float(look["alpha"]), first=read_look(Path(runs[0])))
+            carried = twins_findings(read_look(Path(runs[0]))) if carried is None else carried
+            later = judge_look(read_look(where), float(look["alpha"]), carried)
         except (ValueError, FileNotFoundError) as exc:
             notes.append(f"Look {look['look']} ({where}) cannot be judged ({exc}): rows {', '.join(rows)} show the "
                          "first look's verdict")

@@ -174,9 +174,9 @@ def test_a_later_look_runs_no_twin_and_carries_the_first_look_s_twin_findings(tm
     """torchattacks' C&W L2 reads masked-out logits as 0 (defect corpus torchattacks-cw-onehot-max):
     its shift twin names it on the first look's 8 images. A later look runs the base model only
     (``base_models_only``), so its own rows hold no twin and cannot name it: judged with the first
-    look (``judge_look(..., first=)``) it still carries the finding, which judged alone it loses."""
+    look's ``twins_findings`` it still carries the finding, which judged alone it loses."""
     from attackaudit.fidelity.findings import findings
-    from attackaudit.fidelity.sequential import judge_look, with_carried
+    from attackaudit.fidelity.sequential import judge_look, twins_findings, with_carried
     from attackaudit.results.looks import read_look
     from attackaudit.run.config import RunConfig
     from attackaudit.run.sequential import base_models_only
@@ -201,6 +201,6 @@ def test_a_later_look_runs_no_twin_and_carries_the_first_look_s_twin_findings(tm
     assert shift_flagged(with_carried(alone, findings(load_run(first)).flags)) == {"torchattacks/CW"}
 
     alone_row = judge_look(read_look(later), ALPHA).set_index("family").loc["cw"]
-    carried_row = judge_look(read_look(later), ALPHA, first=read_look(first)).set_index("family").loc["cw"]
+    carried_row = judge_look(read_look(later), ALPHA, twins_findings(read_look(first))).set_index("family").loc["cw"]
     assert alone_row["flagged"] == 0 and "shift_sensitivity" not in alone_row["note"]
     assert carried_row["flagged"] == 1 and "torchattacks/CW (shift_sensitivity)" in carried_row["note"]

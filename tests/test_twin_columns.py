@@ -106,10 +106,10 @@ def _sets_model(node: ast.AST) -> bool:
 def model_reassignments(source: str, module: str) -> set[str]:
     """"module:function" of each reassignment of a ``model`` column in ``source``."""
     found = set()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
     for func in ast.walk(ast.parse(source, module)):
-        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = {id(n) for f in ast.walk(func) if f is not func and isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     for n in ast.walk(f)}
+        if isinstance(func, kinds):  # a nested function's lines are its own
+            inner = {id(n) for f in ast.walk(func) if f is not func and isinstance(f, kinds) for n in ast.walk(f)}
             if any(_sets_model(n) for n in ast.walk(func) if id(n) not in inner):
                 found.add(f"{module}:{func.name}")
     return found

@@ -35,7 +35,7 @@ from typing import Callable
 import pandas as pd
 
 from attackaudit.fidelity.sequential import (SPENDING_POWER, is_open, judge_look, look_alphas, look_sizes, row_key,
-                                             verdicts)
+                                             twins_findings, verdicts)
 from attackaudit.fidelity.stats import ALPHA
 from attackaudit.run.config import RunConfig
 from attackaudit.run.executors import Executor
@@ -95,6 +95,7 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
     looks: list[dict] = []
     summaries: list[RunSummary] = []
     attacks = config.attacks
+    carried = None
     for k, (images, alpha) in enumerate(zip(sizes, alphas), start=1):
         where = look_dir(out, k, images)
         look_config = replace(config, out=str(where), samples=images, attacks=attacks, until_decided=0,
@@ -102,7 +103,9 @@ def run_until_decided(config: RunConfig, executor: Executor | None = None,
                               **({} if k == 1 else base_models_only(config)))
         summaries.append(runner.run(look_config, executor, say if k == 1 else (lambda note: None)))
         update_manifest(where, alpha=alpha, look=k)
-        rec = judge_look(read_look(where), alpha, first=read_look(out) if k > 1 else None)
+        if k == 2:  # the twins ran on the first look only: their findings, once for every later look
+            carried = twins_findings(read_look(out))
+        rec = judge_look(read_look(where), alpha, carried)
         rows = verdicts(rec)
         still = sorted(row_key(r["family"], r["norm"]) for _, r in rec.iterrows() if is_open(r))
         last = k == len(sizes) or not still
@@ -130,8 +133,8 @@ def base_models_only(config: RunConfig) -> dict:
     """The fields of a later look's config that leave the twins out: its models without the twin
     models, no ``--metamorphic``, no ``--repeat``. The twins ran on the first look's images, where
     each twin and its base model share their images and their batch; their findings are carried
-    (``fidelity.sequential.judge_look``). Rerun beside a larger base batch, a model twin would read a
-    batch-dependent or chaotic search as the twin's difference."""
+    (``fidelity.sequential.twins_findings``, once for every later look). Rerun beside a larger base
+    batch, a model twin would read a batch-dependent or chaotic search as the twin's difference."""
     return {"models": [m for m in config.models if not parse_model_name(m).is_twin],
             "metamorphic": False, "repeat": 1}
 
