@@ -114,12 +114,23 @@ def test_misbehaving_attacks_become_rows_and_the_run_goes_on(tmp_path):
     (["--bogus-flag"], "--bogus-flag"),
     (["--out", "/proc/attackaudit-not-writable"], "/proc/attackaudit-not-writable"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, culprit):
+    # in this process: a fresh interpreter per case cost ~3 s each; the console's own exit path is
+    # checked once below, in a child process
     base = ["run", "--out", str(tmp_path / "x")] if "--out" not in args else ["run"]
-    res = cli(*base, *args)
+    assert cli_main([*base, *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and culprit in lines[0] and captured.out == "", captured
+
+
+def test_bad_input_in_a_fresh_interpreter_is_one_line_and_exit_2(tmp_path):
+    """``python -m attackaudit`` itself: its exit status is 2 and its whole stderr one line (no
+    traceback, no warning of an import)."""
+    res = cli("run", "--out", str(tmp_path / "x"), "--models", "no-such-model")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and culprit in lines[0], res.stderr
+    assert len(lines) == 1 and "no-such-model" in lines[0], res.stderr
 
 
 def _wait_for_marker(probe: Path, proc: subprocess.Popen, exclude: str = "") -> Path:
