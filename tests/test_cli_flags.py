@@ -20,6 +20,7 @@ import torch
 import attackaudit
 from attackaudit.cli import _run_flags, build_parser
 from attackaudit.cli import main as cli_main
+from attackaudit.results.schema import TWIN_KINDS
 from attackaudit.run.config import load_toml, resolve
 from attackaudit.sources.subset import load_subset
 from attackaudit.run.runner import plan
@@ -46,8 +47,9 @@ def test_preset_quick_and_demo_set_the_grid_and_flags_override_them(tmp_path):
     assert {j.model for j in p.jobs} == {"digits-cnn"} and {j.samples for j in p.jobs} == {8}
     assert {j.steps_scale for j in p.jobs} == {0.1}
     config, p = planned("--preset", "demo", *DESCENT, "--samples", "2", "--out", str(tmp_path / "d"))
-    assert {"digits-cnn", "digits-mlp", "digits-mlp~shift", "digits-mlp~perm"} <= {j.model for j in p.jobs}
+    assert {j.model for j in p.jobs} == {"digits-mlp-tiny", *(f"digits-mlp-tiny~{k}" for k in TWIN_KINDS)}
     assert {j.samples for j in p.jobs} == {2} and {j.steps_scale for j in p.jobs} == {0.5}
+    assert config.until_decided == 128  # the demo extends its undecided rows up to the shipped exact minima
     config, p = planned(*DESCENT, "--out", str(tmp_path / "plain"))
     assert {j.model for j in p.jobs} == {"digits-cnn"} and (config.samples, config.steps_scale) == (32, 1.0)
 
