@@ -321,8 +321,9 @@ def _one(family: str, norm: str, g: pd.DataFrame, long: pd.DataFrame, norm_best:
          eps_max: float | None, n_boot: int, seed: int, alpha: float, dataset_images: int | None = None) -> dict:
     g = g.assign(clean=[not (set(f) - WEAKNESS_FLAGS) for f in g["flags"]],
                  tier=(g["family_optimality"].fillna(-1.0) / TIE_TOLERANCE).round())
-    g = g.sort_values(["clean", "tier", "queries", "wall_s", "implementation"],
-                      ascending=[False, False, True, True, True], kind="stable").reset_index(drop=True)
+    # no wall-time tie-break: it differs between two runs of one config, and the pick must not
+    g = g.sort_values(["clean", "tier", "queries", "implementation"],
+                      ascending=[False, False, True, True], kind="stable").reset_index(drop=True)
     keys = list(zip(g["implementation"], g["library_version"]))
     blocks = ImageBlocks(long[long.set_index(IMPL_KEY).index.isin(keys)], keys)
     cands = [i for i in range(len(g)) if g.at[i, "clean"] and np.isfinite(g.at[i, "optimality"])]

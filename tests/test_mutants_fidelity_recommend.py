@@ -721,3 +721,15 @@ def test_optimality_ci_is_the_95_percent_percentile_interval_of_the_image_bootst
     assert lo < hi
     assert member["optimality_ci"] == pytest.approx([lo, hi], rel=1e-9, abs=1e-12)
     assert top["optimality_ci"] == pytest.approx([1.0, 1.0]) and r.optimality_ci == top["optimality_ci"]
+
+
+def test_the_pick_between_equal_implementations_does_not_follow_their_wall_time():
+    """Two implementations equal in distance and queries: the one picked is the same whichever
+    ran faster (wall time differs between two runs of one config; the report must not)."""
+    d = np.linspace(0.1, 0.5, 64)
+    picks = set()
+    for fast, slow in ((1.0, 9.0), (9.0, 1.0)):
+        t = table(job_rows("m", "a/x", "linf", d, family="f", wall_s=fast),
+                  job_rows("m", "b/y", "linf", d, family="f", wall_s=slow))
+        picks.add(str(_rows(t).set_index("norm").loc["linf", "implementation"]))
+    assert picks == {"a/x"}
