@@ -1,8 +1,9 @@
 """The layers of docs/architecture.md, held by an import graph drawn from the source (an AST walk,
 no dependency): reports → fidelity → schema (the results package below fidelity); the release
 audit on top of the runner, not inside it; adapters below the runner; no private names imported
-across modules; no import cycles; and the sizes of the brief: no module over 450 lines, no function
-of reports/, fidelity/ or adapters/ over 80.
+across modules; no import cycles; the sizes of the brief: no module over 450 lines, no function
+of reports/, fidelity/ or adapters/ over 80; and the page's table of the package graph is the
+graph drawn here.
 
 Every import counts, a function-local one too: a local import hides a dependency from import time,
 not from the design. A violation that is still being worked on elsewhere is listed in
@@ -211,6 +212,48 @@ def test_the_package_graph_and_its_rules_see_real_edges():
     assert _may_import_private("attackaudit.fidelity", "attackaudit.fidelity._table")  # its own __init__
     assert package_of("attackaudit.run.job") == "attackaudit.run" and package_of("attackaudit.cli") == "attackaudit.cli"
     assert package_of("attackaudit.fidelity._table") == "attackaudit.fidelity"
+
+
+#: docs/architecture.md's table of the package graph: a row per package, the packages it imports
+DOCS_PAGE = ROOT / "docs" / "architecture.md"
+GRAPH_TABLE_HEAD = "| package | imports |"
+
+
+def package_of_path(path: str) -> str:
+    """The node of ``package_of`` a repository path names: ``harness/run/`` → ``attackaudit.run``,
+    ``harness/api.py`` → ``attackaudit.api``, ``harness/__init__.py`` → ``attackaudit``,
+    ``fidelity/`` → ``attackaudit.fidelity``."""
+    folder, _, rest = path.partition("/")
+    if folder != "harness":
+        return PACKAGES[folder]
+    name = rest.rstrip("/").removesuffix(".py")
+    return "attackaudit" if name == "__init__" else f"attackaudit.{name}"
+
+
+def documented_package_graph(text: str) -> dict[str, set[str]]:
+    """The package graph as the page draws it: its table under ``GRAPH_TABLE_HEAD``, each row's
+    first cell a package's path, the second the paths of the packages it imports ("—" for none)."""
+    lines = text.splitlines()
+    start = lines.index(GRAPH_TABLE_HEAD) + 2
+    rows: dict[str, set[str]] = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        package, imports = (cell.strip() for cell in line.strip().strip("|").split("|")[:2])
+        rows[package_of_path(package.strip("`"))] = {package_of_path(p) for p in re.findall(r"`([^`]+)`", imports)}
+    return rows
+
+
+def test_the_page_draws_the_package_graph_of_the_source():
+    """docs/architecture.md's table of packages and what each imports is the graph drawn here from
+    the source, edge for edge: a new import between packages (or one gone) fails until the page says
+    so."""
+    drawn = documented_package_graph(DOCS_PAGE.read_text(encoding="utf-8"))
+    real = package_edges(_graph()[0])
+    assert drawn == real, {p: (sorted(drawn.get(p, ())), sorted(real.get(p, ())))
+                           for p in set(drawn) | set(real) if drawn.get(p) != real.get(p)}
+    assert package_of_path("harness/run/") == "attackaudit.run" == package_of("attackaudit.run.job")
+    assert package_of_path("harness/__init__.py") == "attackaudit" and package_of_path("reports/") == "attackaudit.reports"
 
 
 def test_known_violations_are_still_real():
