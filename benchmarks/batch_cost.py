@@ -32,6 +32,7 @@ import attackaudit.measure.minimal as minimal
 import attackaudit.run.job as job_module
 from attackaudit.adapters import AttackKind, load_library
 from attackaudit.adapters import BUILTIN_LIBRARIES
+from attackaudit.results.schema import Twin
 from attackaudit.run.job import Job
 from attackaudit.run.worker import execute_job, resolve_spec, worker_settings
 
@@ -65,7 +66,7 @@ def _counting_search(counter: list[int]):
 
 def run_job(spec_key: str, model: str, samples: int, steps_scale: float, run_dir: str) -> Timed:
     """One job of ``spec_key`` on ``samples`` images, through ``execute_job``."""
-    job = Job(run="batch-cost", model=model, spec_key=spec_key, samples=samples, steps_scale=steps_scale)
+    job = Job(run="batch-cost", twin=Twin(model), spec_key=spec_key, samples=samples, steps_scale=steps_scale)
     spec, _, _ = resolve_spec(job)
     counter = [0]
     job_module.minimal_search = _counting_search(counter)

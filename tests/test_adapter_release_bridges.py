@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from attackaudit.adapters import AttackSpec
 from attackaudit.adapters.release import Unsupported, bridge_keywords, call_accepting, per_eps_group, supports
+from attackaudit.results.schema import parse_model_name
 from attackaudit.run.job import Job, job_rows
 
 
@@ -75,7 +76,7 @@ def _refuses(model, inputs, labels, *, steps=3, targeted=False, targets=None):
 def test_unsupported_spec_gives_unsupported_rows_not_crashes(cnn, subset8):
     spec = AttackSpec("adv_lib", "refuses", "fmn", "l2", "minimal", {"steps": 3}, partial(_refuses, steps=3),
                       steps_param="steps")
-    job = Job(run="t", model="digits-cnn", spec_key=spec.key, samples=8)
+    job = Job(run="t", twin=parse_model_name("digits-cnn"), spec_key=spec.key, samples=8)
     rows = job_rows(job, spec, "0.0", cnn, subset8, None)
     assert set(rows["status"]) == {"unsupported"}
     assert set(rows["error"]) == {"lib X of this release has no parameter steps=3"}

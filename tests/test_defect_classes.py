@@ -18,6 +18,7 @@ from attackaudit.fidelity.eps_use import eps_use, parse_eps
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.fidelity.twins import BOUNDARY_MARGIN, judge
 from attackaudit.measure.fallback import default_outputs
+from attackaudit.results.schema import parse_model_name
 
 PLUGIN = Path(__file__).parent / "plugins" / "defect_classes.py"
 SAMPLES, BUDGET, SCALE = 16, 400, 0.2
@@ -41,10 +42,10 @@ def _run(keys: list[str], models: list[str], targeted: bool = False) -> pd.DataF
     for key in keys:
         spec, version = specs[key]
         for model in (m for m in models if has_job(parse_model_name(m), spec)):
-            job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
+            job = Job(run="t", twin=parse_model_name(model), spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
             scaled = spec if spec.library == "defects" else spec.scaled(SCALE)
-            frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10),
-                                  companions=job_companions(job, 10, load_model(model))))
+            frames.append(run_job(job, scaled, version, load_model(parse_model_name(model)), subset, job_targets(job, subset, 10),
+                                  companions=job_companions(job, 10, load_model(parse_model_name(model)))))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -211,13 +212,13 @@ def test_batch_twin_companions_are_the_datasets_next_images():
     assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16, companions=8) == 0      # one call
     assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 0, 16) == 8                    # two half batches
     assert run_twins.batch_size(parse_model_name("digits-mlp~batch"), 4, 16, companions=8) == 4      # the user's batches
-    job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=True)
+    job = Job(run="t", twin=parse_model_name("digits-mlp~batch"), spec_key="adv_lib/ddn/l2", samples=12, targeted=True)
     comp = job_companions(job, 10)
     wide = load_subset("digits", 18, 0)
     assert comp.indices.tolist() == wide.indices[12:].tolist()
     assert torch.equal(comp.inputs, wide.inputs[12:]) and torch.equal(comp.labels, wide.labels[12:])
     assert torch.equal(comp.criterion.targets, random_targets(wide.labels, 10, 0)[12:])
-    assert job_companions(Job(run="t", model="digits-mlp", spec_key="adv_lib/ddn/l2", samples=12), 10) is None
+    assert job_companions(Job(run="t", twin=parse_model_name("digits-mlp"), spec_key="adv_lib/ddn/l2", samples=12), 10) is None
 
 
 def test_the_first_companion_is_adversarial_before_any_step():
@@ -237,7 +238,7 @@ def test_the_first_companion_is_adversarial_before_any_step():
     assert Untargeted().extend(Untargeted()) == Untargeted()
     model = load_model("digits-mlp")
     for targeted in (False, True):
-        job = Job(run="t", model="digits-mlp~batch", spec_key="adv_lib/ddn/l2", samples=12, targeted=targeted)
+        job = Job(run="t", twin=parse_model_name("digits-mlp~batch"), spec_key="adv_lib/ddn/l2", samples=12, targeted=targeted)
         comp = job_companions(job, 10, model)
         with torch.no_grad():
             logits = model(comp.inputs)

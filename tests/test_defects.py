@@ -14,6 +14,7 @@ from attackaudit.fidelity.defects import (EPS_UNUSED_RATIO, OUT_OF_BALL_MIN_ROWS
                                           out_of_ball, targets_ignored)
 from attackaudit.fidelity.synthetic import job_rows, table
 from attackaudit.fidelity._table import prepare
+from attackaudit.results.schema import parse_model_name
 
 INF = np.inf
 N = 16
@@ -186,9 +187,9 @@ def _run(keys: list[str], models: list[str], targeted: bool) -> pd.DataFrame:
     for key in keys:
         spec, version = specs[key]
         for model in (m for m in models if has_job(parse_model_name(m), spec)):
-            job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
+            job = Job(run="t", twin=parse_model_name(model), spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=targeted)
             scaled = spec if spec.library == "defects" else spec.scaled(SCALE)
-            frames.append(run_job(job, scaled, version, load_model(model), subset, job_targets(job, subset, 10)))
+            frames.append(run_job(job, scaled, version, load_model(parse_model_name(model)), subset, job_targets(job, subset, 10)))
     return pd.concat(frames, ignore_index=True)
 
 

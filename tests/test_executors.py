@@ -4,6 +4,7 @@ import pandas as pd
 import attackaudit
 from attackaudit.run.config import resolve
 from attackaudit.run.runner import run
+from attackaudit.results.schema import parse_model_name
 
 GRID = dict(models=["digits-cnn"], libraries=["adv_lib"], attacks=["adv_lib/ddn", "adv_lib/apgd:ce/l2"],
             norms=["l2"], samples=4, steps_scale=0.05, quiet=True)
@@ -64,7 +65,7 @@ def test_each_attack_stays_on_the_worker_that_first_ran_it():
     from attackaudit.run.job import Job
 
     specs = ["foolbox/L0BrendelBethgeAttack/l0", "foolbox/L1BrendelBethgeAttack/l1", "art/DeepFool/l2"]
-    queue = [Job(run="r", model=m, spec_key=s) for s in specs for m in ("digits-mlp", "digits-cnn")]
+    queue = [Job(run="r", twin=parse_model_name(m), spec_key=s) for s in specs for m in ("digits-mlp", "digits-cnn")]
     ran: dict[int, list[str]] = {0: [], 1: []}
     last = {0: "", 1: ""}
     turn = 0
@@ -77,7 +78,7 @@ def test_each_attack_stays_on_the_worker_that_first_ran_it():
     assert not set(ran[0]) & set(ran[1]) & set(specs[:2])
     assert sorted(len(r) for r in ran.values()) == [3, 3]  # the last attack is shared: nobody idles
     # with nothing else left, a worker takes another worker's attack rather than idle
-    assert _next_for([Job(run="r", model="m", spec_key="x/y/l2")], "", {"x/y/l2"}) == 0
+    assert _next_for([Job(run="r", twin=parse_model_name("m"), spec_key="x/y/l2")], "", {"x/y/l2"}) == 0
 
 
 def test_a_slow_worker_start_is_ours_and_not_the_job_s_timeout(tmp_path, monkeypatch):

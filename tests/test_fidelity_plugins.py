@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attackaudit.fidelity import flags, local_optimality
+from attackaudit.results.schema import parse_model_name
 
 adv_attacks = pytest.importorskip("adv_lib.attacks")
 
@@ -74,12 +75,12 @@ def result_table():
     subset = load_subset("digits", 16, 0)
     frames = []
     for model_name in ("digits-mlp", "digits-mlp~shift"):
-        model = load_model(model_name)
+        model = load_model(parse_model_name(model_name))
         for name, fn in ATTACKS.items():
             if model_name.endswith("~shift") and name not in ("correct", "logit"):
                 continue
             spec = AttackSpec("plug", name, "ddn" if name != "logit" else "logit", "l2", "minimal", {}, partial(fn))
-            job = Job(run="t", model=model_name, spec_key=spec.key, samples=16, budget=BUDGET, batch_size=8)
+            job = Job(run="t", twin=parse_model_name(model_name), spec_key=spec.key, samples=16, budget=BUDGET, batch_size=8)
             frames.append(job_rows(job, spec, "0.0", model, subset, None))
     return pd.concat(frames, ignore_index=True)
 

@@ -17,6 +17,7 @@ import attackaudit
 from attackaudit.adapters import (AttackSpec, PluginError, PluginSource, catalogue, load_plugin_file,
                                   spec_problem)
 from attackaudit.cli import main as cli_main
+from attackaudit.results.schema import parse_model_name
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "plugin_example.py"
 
@@ -245,7 +246,7 @@ def test_the_fingerprint_follows_the_file_and_the_recorded_version(tmp_path):
     from attackaudit.run.job import Job
     from attackaudit.run.worker import resolve_spec
 
-    spec, version, error = resolve_spec(Job(run="r", model="digits-mlp", spec_key="mine/fgm/linf", plugins=(pinned,)))
+    spec, version, error = resolve_spec(Job(run="r", twin=parse_model_name("digits-mlp"), spec_key="mine/fgm/linf", plugins=(pinned,)))
     assert spec is None and "changed since the run was planned" in error  # the job's rows: harness_error, this error
 
 
@@ -474,7 +475,7 @@ def test_an_attack_whose_outputs_leave_the_box_is_named_for_that_never_silent_fa
     boxless = AttackSpec("boxless", "step", "fgm", "l2", "minimal", {}, functools.partial(_unclamped_step))
     tables = []
     for spec in (sound, boxless):  # one sample per batch: each batch of boxless is ok or out of the box
-        job = Job(run="t", model="digits-mlp-tiny", spec_key=spec.key, samples=12, budget=400, batch_size=1)
+        job = Job(run="t", twin=parse_model_name("digits-mlp-tiny"), spec_key=spec.key, samples=12, budget=400, batch_size=1)
         tables.append(job_rows(job, spec, "1", model, subset, None))
     table = pd.concat(tables, ignore_index=True)
     mine = table[table["library"] == "boxless"]

@@ -25,6 +25,7 @@ from attackaudit.sources.dataset_sources import DataSourceError, load_dataset, p
 from attackaudit.run.job import attack_with_tracker
 from attackaudit.sources.model_checks import ModelCheckWarning, check_model
 from attackaudit.sources.model_loader import ModelSourceError, Normalized, load_model_source, parse_model_source
+from attackaudit.results.schema import parse_model_name
 
 TINY_WRN = "Tiny2024Test"  # a RobustBench-style id registered by the tests, a WRN-10-1
 
@@ -183,7 +184,7 @@ def test_bad_data_sources_give_one_line(files, tmp_path):
 # -- model sources -------------------------------------------------------------------------------
 def test_source_syntax():
     assert parse_model_source("digits-cnn").kind == "zoo"
-    s = parse_model_source("robustbench:cifar10/L2/Augustin2020Adversarial~shift")
+    s = parse_model_source(parse_model_name("robustbench:cifar10/L2/Augustin2020Adversarial~shift"))
     assert (s.kind, s.dataset, s.threat_model, s.name, s.shift) == ("robustbench", "cifar10", "L2",
                                                                      "Augustin2020Adversarial", True)
     s = parse_model_source("torchvision:resnet18:/w/r18.pt:cifar10")
@@ -209,7 +210,7 @@ def test_robustbench_layout_loads_and_attacks(files, tmp_path, tiny_robustbench)
     assert torch.allclose(model(sub.inputs), expected, atol=1e-6)
     attack_two(model, sub.inputs, sub.labels)
     # the qualified form names dataset and threat model itself; the twin is log-softmax
-    twin = load_model_source(f"robustbench:cifar10/linf/{TINY_WRN}~shift", model_dir=str(tmp_path))
+    twin = load_model_source(parse_model_name(f"robustbench:cifar10/linf/{TINY_WRN}~shift"), model_dir=str(tmp_path))
     assert torch.allclose(twin(sub.inputs), torch.log_softmax(expected, 1), atol=1e-5)
     # a missing checkpoint names the expected path and the way out; nothing is downloaded
     message = one_line_error(ModelSourceError, load_model_source, f"robustbench:L2/{TINY_WRN}",

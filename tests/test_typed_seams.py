@@ -21,6 +21,7 @@ from attackaudit.adapters import (BUILTIN_LIBRARIES, KINDS, AttackKind, AttackSp
 from attackaudit.cli import main as cli_main
 from attackaudit.measure.criterion import Targeted, Untargeted, as_criterion
 from attackaudit.measure.tracker import QueryTracker
+from attackaudit.results.schema import parse_model_name
 from attackaudit.run.job import Job, attack_with_tracker
 from attackaudit.run.worker import job_criterion, resolve_spec
 
@@ -124,7 +125,7 @@ def test_a_criterion_needs_one_target_per_sample():
 
 def test_the_tracker_and_the_job_read_a_criterion_as_they_read_the_pair(cnn, subset8):
     """``criterion=Targeted(t)`` is ``targeted=True, targets=t``: the same queries, the same bests."""
-    spec, _, error = resolve_spec(Job(run="r", model="digits-cnn", spec_key="adv_lib/fmn/l2", steps_scale=0.02))
+    spec, _, error = resolve_spec(Job(run="r", twin=parse_model_name("digits-cnn"), spec_key="adv_lib/fmn/l2", steps_scale=0.02))
     assert spec is not None, error
     x, y = subset8.inputs[:4], subset8.labels[:4]
     targets = (y + 3) % 10
@@ -143,9 +144,9 @@ def test_the_tracker_and_the_job_read_a_criterion_as_they_read_the_pair(cnn, sub
 
 
 def test_a_targeted_job_draws_its_targets_once_and_never_the_label(subset8):
-    untargeted = Job(run="r", model="digits-cnn", spec_key="adv_lib/fmn/l2", samples=8)
+    untargeted = Job(run="r", twin=parse_model_name("digits-cnn"), spec_key="adv_lib/fmn/l2", samples=8)
     assert isinstance(job_criterion(untargeted, subset8, 10), Untargeted)
-    targeted = Job(run="r", model="digits-cnn", spec_key="adv_lib/fmn/l2", samples=8, targeted=True)
+    targeted = Job(run="r", twin=parse_model_name("digits-cnn"), spec_key="adv_lib/fmn/l2", samples=8, targeted=True)
     a, b = job_criterion(targeted, subset8, 10), job_criterion(targeted, subset8, 10)
     assert torch.equal(a.targets, b.targets) and not (a.targets == subset8.labels).any()
 
@@ -155,6 +156,7 @@ def _adapters_imported_by_resolving(job_args: str) -> list[str]:
     """The built-in adapter modules a fresh interpreter has imported after ``resolve_spec``."""
     code = textwrap.dedent(f"""
         import sys
+        from attackaudit.results.schema import Twin
         from attackaudit.run.job import Job
         from attackaudit.run.worker import resolve_spec
         spec, version, error = resolve_spec(Job({job_args}))
@@ -169,7 +171,7 @@ def _adapters_imported_by_resolving(job_args: str) -> list[str]:
 
 
 def test_a_built_in_job_imports_only_its_own_adapter():
-    key, *modules = _adapters_imported_by_resolving('run="r", model="digits-mlp", spec_key="adv_lib/fmn/l2"')
+    key, *modules = _adapters_imported_by_resolving('run="r", twin=Twin("digits-mlp"), spec_key="adv_lib/fmn/l2"')
     assert key == "adv_lib/fmn/l2"
     assert {m.rsplit(".", 1)[1] for m in modules} & set(BUILTIN_LIBRARIES) == {"adv_lib"}, modules
 
@@ -177,7 +179,7 @@ def test_a_built_in_job_imports_only_its_own_adapter():
 def test_a_plugin_job_imports_its_file_and_no_built_in_adapter(tmp_path):
     ref = load_plugin_file(plugin_file(tmp_path, "steps=1"))[0].plugin.ref
     key, *modules = _adapters_imported_by_resolving(
-        f'run="r", model="digits-mlp", spec_key="mine/fgm/linf", plugins=({ref!r},)')
+        f'run="r", twin=Twin("digits-mlp"), spec_key="mine/fgm/linf", plugins=({ref!r},)')
     assert key == "mine/fgm/linf"
     assert not {m.rsplit(".", 1)[1] for m in modules} & set(BUILTIN_LIBRARIES), modules
 
@@ -189,9 +191,9 @@ def test_an_entry_point_job_loads_that_entry_point(tmp_path, monkeypatch):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: epseam\nVersion: 0.7\n")
     (info / "entry_points.txt").write_text("[attackaudit.adapters]\nepseam = ep_seam_mod:specs\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    job = Job(run="r", model="digits-mlp", spec_key="epseam/fgm/linf")
+    job = Job(run="r", twin=parse_model_name("digits-mlp"), spec_key="epseam/fgm/linf")
     assert job.spec_source == SpecSource("epseam") and job.spec_source.factory == "entry point epseam"
     spec, version, error = resolve_spec(job)
     assert error == "" and spec.key == "epseam/fgm/linf" and spec.params == {"steps": 2} and version == "0.7"
-    spec, _, error = resolve_spec(Job(run="r", model="digits-mlp", spec_key="epseam/fgm/l2"))
+    spec, _, error = resolve_spec(Job(run="r", twin=parse_model_name("digits-mlp"), spec_key="epseam/fgm/l2"))
     assert spec is None and "epseam/fgm/l2 is not in the catalogue" in error and "entry point epseam" in error

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from attackaudit.fidelity import diff, flags, recommend
+from attackaudit.results.schema import parse_model_name
 
 pytest.importorskip("adv_lib.attacks")
 
@@ -40,11 +41,11 @@ def rows() -> pd.DataFrame:
     frames, models = [], {}
     for model, key, scale in GRID:
         spec, version = specs[key]
-        model_net = models.setdefault(model, load_model(model))
-        job = Job(run="t", model=model, spec_key=key, samples=SAMPLES, budget=BUDGET)
+        model_net = models.setdefault(model, load_model(parse_model_name(model)))
+        job = Job(run="t", twin=parse_model_name(model), spec_key=key, samples=SAMPLES, budget=BUDGET)
         frames.append(job_rows(job, spec.scaled(scale), version, model_net, subset, None))
     # what the runner writes for a job it had to kill (timeout): rows without any tracker result
-    killed = Job(run="t", model="digits-cnn", spec_key="misbehaving/hang/linf", samples=SAMPLES, budget=BUDGET)
+    killed = Job(run="t", twin=parse_model_name("digits-cnn"), spec_key="misbehaving/hang/linf", samples=SAMPLES, budget=BUDGET)
     frames.append(failure_rows(killed, subset, "timeout", "timed out after 60 s", specs[killed.spec_key][0]))
     return pd.concat(frames, ignore_index=True)
 
@@ -154,7 +155,7 @@ def test_metamorphic_adds_both_twins_and_the_perm_twin_maps_labels(tmp_path):
     perm = class_permutation(10)
     assert sorted(perm.tolist()) == list(range(10)) and (perm != torch.arange(10)).all()  # a derangement
     subset = load_subset("digits", 16, 0)
-    base, twin = load_model("digits-mlp"), load_model("digits-mlp~perm")
+    base, twin = load_model("digits-mlp"), load_model(parse_model_name("digits-mlp~perm"))
     labels, targets = perm_twin_classes(twin, subset.inputs, subset.labels, (subset.labels + 1) % 10)
     with torch.no_grad():
         # the twin decides class σ(k) exactly where the base model decides k

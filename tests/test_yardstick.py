@@ -17,6 +17,7 @@ import pytest
 from attackaudit.fidelity import flags, recommend
 from attackaudit.fidelity import yardstick as Y
 from attackaudit.fidelity.flag_kinds import FLAG_KINDS, is_defect
+from attackaudit.results.schema import parse_model_name
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -170,7 +171,7 @@ def tiny(tmp_path_factory):
     frames = []
     for key in ("yardplug/pgd/linf", "yardplug/pgd_own/linf", "yardplug/masked/linf", "yardplug/masked_own/linf"):
         spec, version = specs[key]
-        job = Job(run="t", model="digits-mlp-tiny", spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=False)
+        job = Job(run="t", twin=parse_model_name("digits-mlp-tiny"), spec_key=key, samples=SAMPLES, budget=BUDGET, targeted=False)
         frames.append(run_job(job, spec, version, model, subset, job_targets(job, subset, 10)))
     exact = run_exact("digits-mlp-tiny", "linf", SAMPLES, 0, tmp_path_factory.mktemp("exact"), time_limit=60.0)
     return pd.concat(frames, ignore_index=True), exact

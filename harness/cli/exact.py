@@ -8,6 +8,7 @@ from pathlib import Path
 
 from attackaudit.errors import AttackauditError
 from attackaudit.exact.command import exact_path, run_exact, run_subset
+from attackaudit.results.schema import parse_model_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         samples, seed, dataset = run_subset(args.out, args.samples, args.seed, args.dataset)
-        table = run_exact(args.model, args.norm, samples, seed, args.out, args.time_limit,
+        # the model's name read here, at the command line (``M~shift``: the log-softmax twin, M's network)
+        table = run_exact(parse_model_name(args.model), args.norm, samples, seed, args.out, args.time_limit,
                           dataset=dataset, margin=args.margin, progress=report,
                           use_cache=not getattr(args, "no_cache", False))
     except (AttackauditError, KeyError, FileNotFoundError) as exc:  # the input's (KeyError: a model not in the zoo)

@@ -24,6 +24,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from attackaudit.results.schema import SHIFT, Twin
+
 EXACT_COLUMNS = ["model", "dataset", "subset_hash", "sample", "label", "norm", "exact_distance",
                  "lower_bound", "upper_bound", "status", "solve_s", "adversarial_class", "adversarial",
                  "flips_float32", "margin", "error"]
@@ -138,20 +140,19 @@ def store(rows: list[dict]) -> None:
         pass
 
 
-def load_network(model: str, dataset: str):
-    """A zoo model by name; other model sources (``module:file.py:fn`` …) through
-    ``attackaudit.sources.model_loader``."""
-    from attackaudit.results.schema import SHIFT, parse_model_name
+def load_network(model: Twin | str, dataset: str):
+    """A zoo model (a name, or a ``Twin`` of one); other model sources (``module:file.py:fn`` …)
+    through ``attackaudit.sources.model_loader``."""
     from attackaudit.sources.zoo import ZOO, load_model
 
-    twin = parse_model_name(model)
+    twin = model if isinstance(model, Twin) else Twin(str(model))
     if twin.kind in ("", SHIFT) and twin.base_model in ZOO:
-        return load_model(model)
+        return load_model(twin)
     try:
         from attackaudit.sources.model_loader import load_model_source
     except ImportError:
-        return load_model(model)  # its KeyError names the zoo's models
-    return load_model_source(model, dataset=dataset)
+        return load_model(twin)  # its KeyError names the zoo's models
+    return load_model_source(twin, dataset=dataset)
 
 
 def training_candidates(dataset: str, label: int) -> np.ndarray | None:
@@ -195,7 +196,7 @@ def _solve_one(layers, x0: np.ndarray, label: int, norm: str, dataset: str, time
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
 
 
-def solve_subset(model: str, norm: str, subset, time_limit: float, *, margin: float = 1e-4, use_cache: bool = True,
+def solve_subset(model: Twin | str, norm: str, subset, time_limit: float, *, margin: float = 1e-4, use_cache: bool = True,
                  budget_s: float = np.inf, net=None, progress: Callable[[dict], None] | None = None) -> tuple[pd.DataFrame, dict]:
     """Exact rows (EXACT_COLUMNS) of ``model`` on every sample of ``subset`` (``sources.subset.Subset``).
 
@@ -238,7 +239,7 @@ def solve_subset(model: str, norm: str, subset, time_limit: float, *, margin: fl
                 store([{**row, "network_hash": key, "dataset": subset.dataset, "sample": idx, "input_hash": ih,
                         "norm": norm, "margin": margin, "time_limit": time_limit, "solver_version": SOLVER_VERSION,
                         "cpu_s": cpu_s}])
-        row |= {"margin": margin, "model": model, "dataset": subset.dataset, "subset_hash": subset.hash,
+        row |= {"margin": margin, "model": model.name if isinstance(model, Twin) else model, "dataset": subset.dataset, "subset_hash": subset.hash,
                 "sample": idx, "norm": norm}
         rows.append(row)
         if progress is not None:

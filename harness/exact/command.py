@@ -15,6 +15,7 @@ import pandas as pd
 
 from attackaudit.exact.cache import EXACT_COLUMNS, write_atomic  # noqa: F401  (EXACT_COLUMNS: the table's columns)
 from attackaudit.errors import InputError
+from attackaudit.results.schema import Twin
 
 
 def exact_path(out: Path, model: str, norm: str) -> Path:
@@ -22,7 +23,7 @@ def exact_path(out: Path, model: str, norm: str) -> Path:
     return Path(out) / "exact" / f"{safe}__{norm}.parquet"
 
 
-def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_limit: float,
+def run_exact(model: Twin | str, norm: str, samples: int, seed: int, out: Path, time_limit: float,
               dataset: str = "digits", *, margin: float = 1e-4, progress=None, use_cache: bool = True) -> pd.DataFrame:
     """Solve every sample of the run's subset; returns the rows it wrote (EXACT_COLUMNS).
 
@@ -48,7 +49,7 @@ def run_exact(model: str, norm: str, samples: int, seed: int, out: Path, time_li
         raise InputError(f"--time-limit must be positive, got {time_limit}", "time_limit")
     subset = load_subset(dataset, samples, seed)
     table, _ = solve_subset(model, norm, subset, time_limit, margin=margin, use_cache=use_cache, progress=progress)
-    write_atomic(table, exact_path(out, model, norm))
+    write_atomic(table, exact_path(out, model.name if isinstance(model, Twin) else model, norm))
     return table
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from attackaudit.results.schema import parse_model_name
+from attackaudit.results.schema import Twin
 
 #: zoo models small enough for exact minima in every run (ReLU MLPs on the embedded digits)
 EXACT_MODELS = ("digits-mlp-tiny", "digits-mlp")
@@ -31,16 +31,12 @@ SAMPLE_TIME_LIMIT = 30.0
 RUN_BUDGET_S = 300.0
 
 
-def base_model(model: str) -> str:
-    """The model a (twin) name stands for: ``digits-mlp~shift`` → ``digits-mlp``."""
-    return parse_model_name(model).base_model
-
-
-def admitted(models: list[str], dataset: str) -> list[str]:
-    """The base models of ``models`` that admit exact minima on ``dataset``, in EXACT_MODELS order."""
+def admitted(models: Sequence[Twin], dataset: str) -> list[str]:
+    """The base models of ``models`` (``RunConfig.twins``) that admit exact minima on ``dataset``,
+    in EXACT_MODELS order."""
     if dataset != "digits":
         return []
-    bases = {base_model(m) for m in models}
+    bases = {m.base_model for m in models}
     return [m for m in EXACT_MODELS if m in bases]
 
 
@@ -49,7 +45,7 @@ def run_pairs(config, plan) -> list[tuple[str, str]]:
     attack, cheap first (the tiny model, then L∞, L1, L0, L2)."""
     if not getattr(config, "exact", True) or config.targeted:
         return []
-    models = admitted(list(config.models), config.dataset)
+    models = admitted(config.twins, config.dataset)
     norms = {(j.twin.base_model, j.attack.norm) for j in plan.jobs}
     return [(m, n) for m in models for n in NORM_ORDER if (m, n) in norms]
 

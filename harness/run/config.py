@@ -39,6 +39,15 @@ class _RunConfigMethods:
     def name(self) -> str:
         return Path(self.out).name  # type: ignore[attr-defined]
 
+    @property
+    def twins(self) -> tuple:
+        """``models`` read, each a ``Twin`` (its base model and twin kind): the one place a model
+        name's ``~KIND`` is read, for the command line, a TOML file and ``attackaudit.compare``
+        alike; every later layer (the plan, jobs, workers, model sources, exact minima) takes these."""
+        from attackaudit.results.schema import parse_model_name
+
+        return tuple(parse_model_name(m) for m in self.models)  # type: ignore[attr-defined]
+
     def result_config(self) -> dict:
         """The part of the config that determines results (compared on resume)."""
         return {k: v for k, v in asdict(self).items() if k not in NON_RESULT_FIELDS}  # type: ignore[call-overload]
@@ -96,7 +105,6 @@ def resolve(toml: dict[str, Any] | None = None, flags: dict[str, Any] | None = N
 def validate(config: RunConfig) -> None:
     # imported here: the zoo imports torch, and RunConfig's defaults are read by `--help`, which
     # stays torch-free
-    from attackaudit.results.schema import parse_model_name
     from attackaudit.sources.zoo import ZOO
 
     if not config.out:
@@ -104,14 +112,14 @@ def validate(config: RunConfig) -> None:
     from attackaudit.sources.dataset_sources import DataSourceError, parse_source
     from attackaudit.sources.model_loader import ModelSourceError, normalize_threat_model, parse_model_source
 
-    for model in config.models:
-        base = parse_model_name(model).base_model
+    for twin in config.twins:
+        model, base = twin.name, twin.base_model
         if base not in ZOO and ":" not in model:
             near = difflib.get_close_matches(base.lower(), sorted(ZOO), n=3, cutoff=0.6)
             raise ConfigError(f"unknown model {model!r}" + (f" (nearest: {', '.join(near)})" if near else "")
                               + "; `attackaudit models` lists the zoo", "models")
         try:
-            parsed = parse_model_source(model)
+            parsed = parse_model_source(twin)
         except ModelSourceError as exc:
             raise ConfigError(str(exc), "models") from None
         if parsed.kind == "zoo" and parsed.name not in ZOO:

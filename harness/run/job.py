@@ -27,7 +27,7 @@ import attackaudit.sources.run_twins as run_twins
 from attackaudit.measure.criterion import Criterion, as_criterion
 from attackaudit.measure.distance import lp_norm
 from attackaudit.measure.minimal import BallRecord, minimal_search
-from attackaudit.results.schema import DEFAULT_BUDGET, PERM, ROW_COLUMNS, UNSUPPORTED, AttackId, Twin, error_line, parse_model_name
+from attackaudit.results.schema import DEFAULT_BUDGET, PERM, ROW_COLUMNS, UNSUPPORTED, AttackId, Twin, error_line
 from attackaudit.measure.success import is_success
 from attackaudit.measure.tracker import QueryTracker
 from attackaudit.run.outcome import OK, InvalidOutput, Outcome, output_check, output_problem  # noqa: F401
@@ -46,7 +46,8 @@ class Job:
     """Everything a worker needs to run one job, picklable and hashable."""
 
     run: str
-    model: str  # the model's name: its source, and ``~KIND`` for a twin (``twin``)
+    #: which model the job runs on: its base model (a source) and which twin of it ("" for itself)
+    twin: Twin
     spec_key: str  # the spec's catalogue key (``attack``), the worker finds the spec by it
     # dataset ... steps_scale, threat_model, allow_download, trust_checkpoint: the config's values of
     # the parameter table's job rows (harness/results/parameters.py; runner._job copies them), with
@@ -65,16 +66,19 @@ class Job:
     threat_model: str = ""  # RobustBench threat model for sources that name none ("" = Linf)
     allow_download: bool = False  # may the model source download weights
     trust_checkpoint: bool = False  # unpickle checkpoints in full
-    #: which twin of which base model ``model`` is; None: read from ``model`` (a Job made by hand)
-    twin: Twin = None  # type: ignore[assignment]
     #: which attack implementation and norm ``spec_key`` is; None: read from the key (a Job made by hand)
     attack: AttackId = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        if self.twin is None:
-            object.__setattr__(self, "twin", parse_model_name(self.model))
+        if not isinstance(self.twin, Twin):
+            raise TypeError(f"Job.twin must be a Twin (RunConfig.twins reads model names), got {self.twin!r}")
         if self.attack is None:
             object.__setattr__(self, "attack", AttackId.from_key(self.spec_key))
+
+    @property
+    def model(self) -> str:
+        """The model's name, as rows' ``model`` column and the job id show it."""
+        return self.twin.name
 
     @property
     def spec_source(self) -> SpecSource:
@@ -84,10 +88,10 @@ class Job:
 
     @property
     def job_id(self) -> str:
-        fields = asdict(self) | {"run": ""}
+        fields = asdict(self) | {"run": "", "model": self.model}
         # loading permissions never change results; the RobustBench options only count when set,
-        # so the ids of zoo jobs stay what they were before these fields existed; the twin and the
-        # attack are the model's name and the spec key read, already in the id
+        # so the ids of zoo jobs stay what they were before these fields existed; the twin is in
+        # the id as the model's name, the attack as the spec key (ids made before these were typed)
         for key in ("allow_download", "trust_checkpoint", "twin", "attack"):
             fields.pop(key)
         for key in ("model_dir", "threat_model"):

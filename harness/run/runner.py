@@ -24,7 +24,7 @@ from attackaudit.run.executors import DaskExecutor, Executor, Limits, LocalExecu
 from attackaudit.run.faults import HarnessFault, all_alike
 from attackaudit.run.job import Job
 from attackaudit.results.parameters import PARAMETERS
-from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, implementation_name, parse_model_name
+from attackaudit.results.schema import HARNESS_ERROR, MODEL_TWINS, Twin, implementation_name
 from attackaudit.results.store import (ensure_writable, job_statuses, logs_dir, model_label, read_manifest, repeat_dir,
                                       write_manifest)
 from attackaudit.sources.run_twins import has_job, is_randomised, run_twin_models, twin_samples
@@ -73,7 +73,7 @@ def _job(config: RunConfig, model: Twin, spec: AttackSpec, plugin_ref: str) -> J
     """The job of ``spec`` on ``model``; ``plugin_ref``: the ``--plugin`` file that defines the
     spec (``PluginSource.ref``, pinned to its content) or "" for a built-in or entry-point spec."""
     copied = {p.name: getattr(config, p.name) for p in PARAMETERS if p.job}  # the table's job=True fields
-    return Job(run=config.name, model=model.name, twin=model, spec_key=spec.key, attack=spec.id,
+    return Job(run=config.name, twin=model, spec_key=spec.key, attack=spec.id,
                **{**copied, "samples": twin_samples(model, config.samples, config.split_samples)},
                plugins=(plugin_ref,) if plugin_ref else (),
                model_dir=str(Path(config.model_dir).resolve()) if config.model_dir else "")
@@ -140,7 +140,7 @@ def plan(config: RunConfig) -> Plan:
     subset = load_subset(config.dataset, config.samples, config.seed)
     size_note = samples_note(config.samples, len(subset))
     config.samples = len(subset)  # what the jobs attack, their ids and the manifest say: all of the dataset
-    models = [parse_model_name(m) for m in config.models]  # the model names as typed twins, once
+    models = list(config.twins)
     if config.metamorphic:  # the model twins on every model, the run twins on the first one
         model_twins = [m.of(kind) for kind in MODEL_TWINS for m in models if not m.is_twin]
         models += [m for m in model_twins + run_twin_models(models) if m not in models]

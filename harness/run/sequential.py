@@ -42,7 +42,6 @@ from attackaudit.run.executors import Executor
 from attackaudit.run import runner  # runner.run looked up at each call (a test stops it there)
 from attackaudit.run.runner import RunSummary
 from attackaudit.results.looks import look_dir, read_look
-from attackaudit.results.schema import parse_model_name
 from attackaudit.results.store import read_manifest, update_manifest
 
 
@@ -135,7 +134,7 @@ def base_models_only(config: RunConfig) -> dict:
     each twin and its base model share their images and their batch; their findings are carried
     (``fidelity.sequential.twins_findings``, once for every later look). Rerun beside a larger base
     batch, a model twin would read a batch-dependent or chaotic search as the twin's difference."""
-    return {"models": [m for m in config.models if not parse_model_name(m).is_twin],
+    return {"models": [m.name for m in config.twins if not m.is_twin],
             "metamorphic": False, "repeat": 1}
 
 

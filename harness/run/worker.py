@@ -60,11 +60,11 @@ def job_subset(dataset: str, samples: int, seed: int) -> Subset:
 
 
 def load_job_model(job: Job) -> torch.nn.Module:
-    """The job's model on the job's device: a zoo name (``NAME~shift`` too) or any model source
+    """The job's model (``job.twin``) on the job's device: a zoo model or its twin, or any model source
     of ``attackaudit.sources.model_loader`` (robustbench:, torchvision:, timm:, module:)."""
     from attackaudit.sources.model_loader import load_model_source
 
-    return load_model_source(job.model, model_dir=job.model_dir, dataset=job.dataset,
+    return load_model_source(job.twin, model_dir=job.model_dir, dataset=job.dataset,
                              threat_model=job.threat_model, allow_download=job.allow_download,
                              trust_checkpoint=job.trust_checkpoint, device=job.device)
 

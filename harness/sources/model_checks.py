@@ -107,16 +107,17 @@ def check_models(config, subset) -> dict[str, dict]:
     Raises ModelSourceError / ModelCheckError (one line) when a model cannot be loaded or used.
     """
     from attackaudit.sources.model_loader import load_model_source
-    from attackaudit.results.schema import PERM, parse_model_name
+    from attackaudit.results.schema import PERM
     from attackaudit.sources.zoo import perm_twin_classes
 
     results: dict[str, dict] = {}
-    for source in config.models:
-        model = load_model_source(source, model_dir=config.model_dir, dataset=config.dataset,
+    for twin in config.twins:
+        source = twin.name
+        model = load_model_source(twin, model_dir=config.model_dir, dataset=config.dataset,
                                   threat_model=config.threat_model, allow_download=config.allow_download,
                                   trust_checkpoint=config.trust_checkpoint, device=config.device)
         labels = subset.labels
-        if parse_model_name(source).kind == PERM:  # the twin answers in permuted classes (as job.py maps them)
+        if twin.kind == PERM:  # the twin answers in permuted classes (as job.py maps them)
             labels, _ = perm_twin_classes(model, subset.inputs.to(config.device), labels.to(config.device), None)
         results[source] = check_model(model, subset.inputs, labels, batch_size=config.batch_size,
                                       device=config.device, name=source, warn=False)

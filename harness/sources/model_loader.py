@@ -65,20 +65,21 @@ from attackaudit.results.schema import PERM, SHIFT, Twin
 from attackaudit.sources.zoo import ZOO, LogitPermutation, LogitShift
 
 
-def load_model_source(source: str, *, model_dir: str = "", dataset: str = "digits", threat_model: str = "",
+def load_model_source(source: Twin | str, *, model_dir: str = "", dataset: str = "digits", threat_model: str = "",
                       allow_download: bool = False, trust_checkpoint: bool = False,
                       device: str | torch.device = "cpu") -> nn.Module:
-    """The model a source names, in eval mode on ``device``; raises ModelSourceError."""
+    """The model a source names (a ``Twin`` of ``RunConfig.twins``, or a model's own source
+    string), in eval mode on ``device``; raises ModelSourceError."""
     src = parse_model_source(source)
     opts = LoadOptions(model_dir, dataset, threat_model, allow_download, trust_checkpoint)
     if src.kind == "zoo":
         from attackaudit.sources.zoo import load_model
 
-        name = Twin(src.name, SHIFT if src.shift else PERM if src.perm else "").name
+        twin = Twin(src.name, SHIFT if src.shift else PERM if src.perm else "")
         if src.name not in ZOO:
             raise ModelSourceError(f"unknown model {src.name!r}; the zoo has {', '.join(ZOO)}")
         try:
-            return load_model(name, device)
+            return load_model(twin, device)
         except (FileNotFoundError, RuntimeError, pickle.UnpicklingError) as exc:
             raise ModelSourceError(f"zoo model {src.name}: {one_line(exc)}") from None
     loader = {"robustbench": load_robustbench, "torchvision": _load_torchvision, "timm": _load_timm,

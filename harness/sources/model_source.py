@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from attackaudit.sources.checkpoints import ModelSourceError
 from attackaudit.sources.normalization import is_norm_option
-from attackaudit.results.schema import PERM, SHIFT, parse_model_name
+from attackaudit.results.schema import PERM, SHIFT, Twin
 
 KINDS = ("zoo", "robustbench", "torchvision", "timm", "module")
 RB_DATASETS = ("cifar10", "cifar100", "imagenet")
@@ -32,17 +32,22 @@ class ModelSource:
     perm: bool = False      # the class-permutation twin
 
 
-def parse_model_source(text: str) -> ModelSource:
-    """Parse a model source string (see the module docstring); raises ModelSourceError."""
+def parse_model_source(source: Twin | str) -> ModelSource:
+    """Parse a model source (see the module docstring): a ``Twin`` (its base model the source
+    string, as ``RunConfig.twins`` reads ``--models``) or a source string of a model itself (a
+    ``~KIND`` in it is not read here); raises ModelSourceError."""
+    if isinstance(source, Twin):
+        base = parse_model_source(source.base_model)
+        if not source.is_twin:
+            return base
+        # the base model's source; the run twins load the model itself
+        return dataclasses.replace(base, text=source.name, shift=base.shift or source.kind == SHIFT,
+                                   perm=base.perm or source.kind == PERM)
+    text = source
     if not isinstance(text, str) or not text.strip():
         raise ModelSourceError("empty model source; use a zoo name, robustbench:ID, torchvision:ARCH:WEIGHTS, "
                                "timm:ARCH:WEIGHTS or module:MOD:CALLABLE")
     full = text.strip()
-    twin = parse_model_name(full)
-    if twin.is_twin:  # the base model's source; the run twins load the model itself
-        base = parse_model_source(twin.base_model)
-        return dataclasses.replace(base, text=full, shift=base.shift or twin.kind == SHIFT,
-                                   perm=base.perm or twin.kind == PERM)
     kind, sep, rest = full.partition(":")
     if not sep:
         return ModelSource(full, "zoo", full)

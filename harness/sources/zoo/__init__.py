@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from attackaudit.results.schema import MODEL_TWINS, PERM, SHIFT, Twin, parse_model_name
+from attackaudit.results.schema import MODEL_TWINS, PERM, SHIFT, Twin
 from attackaudit.sources.zoo.architectures import ARCHITECTURES
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -112,14 +112,14 @@ def metadata() -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def load_model(name: str, device: str | torch.device = "cpu") -> nn.Module:
-    """A zoo model in eval mode; ``NAME~shift`` is its log-softmax twin, ``NAME~perm`` its
-    class-permutation twin; ``NAME~seed``, ``NAME~split`` and ``NAME~batch`` are the model itself (those twins
-    change how the job runs the attack, not the network)."""
-    twin = parse_model_name(name)
+def load_model(model: Twin | str, device: str | torch.device = "cpu") -> nn.Module:
+    """A zoo model in eval mode: ``model`` a zoo name or a ``Twin`` of one: ``Twin(NAME, SHIFT)``
+    is its log-softmax twin, ``Twin(NAME, PERM)`` its class-permutation twin; the seed, split and
+    batch twins are the model itself (those twins change how the job runs the attack, not the network)."""
+    twin = model if isinstance(model, Twin) else Twin(str(model))
     base = twin.base_model
     if base not in ZOO:
-        raise KeyError(f"unknown model {name!r}; the zoo has {', '.join(ZOO)}")
+        raise KeyError(f"unknown model {twin.name!r}; the zoo has {', '.join(ZOO)}")
     entry = ZOO[base]
     model = ARCHITECTURES[entry.architecture]()
     path = WEIGHTS_DIR / f"{base}.pt"
