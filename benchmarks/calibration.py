@@ -112,8 +112,8 @@ def _truth_sampler(run_dir: str | None):
     from attackaudit.fidelity import envelope
     from attackaudit.results.store import load_run
 
-    env = envelope(load_run(run_dir))
-    env = env[~env["model"].str.contains("~")]
+    rows = load_run(run_dir)
+    env = envelope(rows[rows["twin"] == ""])  # the models themselves, not their twins
     norm = env["norm"].value_counts().index[0]
     wide = env[env["norm"] == norm].pivot_table(index="model", columns="sample", values="d_star").to_numpy()
 

@@ -182,11 +182,12 @@ def case_exact(case: Case) -> pd.DataFrame | None:
     """The exact minima a user's default run writes for the case's models (``harness/exact``
     writes them on ``EXACT_MODELS``; the shipped tables hold seed 0's first samples, which every
     case's images are), every norm; None where no model of the case has them."""
-    from attackaudit.exact.defaults import EXACT_MODELS, base_model
+    from attackaudit.exact.defaults import EXACT_MODELS
     from attackaudit.exact.ship import shipped_path
+    from attackaudit.run.config import RunConfig
 
     parts = []
-    for model in dict.fromkeys(base_model(m) for m in case.run["models"]):
+    for model in dict.fromkeys(m.base_model for m in RunConfig(models=list(case.run["models"])).twins):
         for norm in ("linf", "l2", "l1", "l0") if model in EXACT_MODELS else ():
             if shipped_path(model, norm).is_file():
                 e = pd.read_parquet(shipped_path(model, norm))

@@ -47,9 +47,9 @@ def size_settings(size: str) -> dict:
 def size_models(case) -> list[str]:
     """The case's models without their twin suffixes, in order (``--metamorphic`` adds the twins):
     ``["digits-mlp", "digits-mlp~split"]`` → ``["digits-mlp"]``."""
-    from attackaudit.results.schema import parse_model_name
+    from attackaudit.run.config import RunConfig
 
-    real = [parse_model_name(m).base_model for m in case.run["models"]]
+    real = [m.base_model for m in RunConfig(models=list(case.run["models"])).twins]
     return list(dict.fromkeys(real))
 
 

@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from attackaudit.results.schema import with_twin_columns
+
 CORPUS = Path(__file__).resolve().parent / "noise" / "corpus.parquet"
 BASE_MODELS = ("digits-mlp", "digits-cnn", "digits-cnn-at-linf")
 #: the hard model: adversarially trained, where the corpus's attacks fail most
@@ -133,8 +135,8 @@ def load(path: Path = CORPUS) -> pd.DataFrame:
     for col in ("model", "library", "library_version", "attack", "implementation", "family", "norm", "kind",
                 "status", "grid"):
         t[col] = t[col].astype(str)
-    parts = t["model"].str.partition("~")
-    return t.assign(base=parts[0], twin=parts[2])
+    t = with_twin_columns(t)  # a corpus written before the twin columns: its model names read once
+    return t.assign(base=t["base_model"], twin=t["twin"])
 
 
 # ------------------------------------------------------------------ measurements

@@ -28,6 +28,7 @@ import numpy as np
 
 from attackaudit.fidelity.synthetic import job_rows
 from attackaudit.results.store import write_job, write_manifest
+from attackaudit.run.config import RunConfig
 
 #: median minimal distance per norm on the digits zoo (order of magnitude of a real demo)
 SCALE = {"l0": 6.0, "l1": 3.0, "l2": 1.0, "linf": 0.12}
@@ -43,14 +44,15 @@ def build_run(out: Path, samples: int = 16, seed: int = 0, models: Sequence[str]
 
     rng = np.random.default_rng(seed)
     specs = [s for e in catalogue(None) if e.available for s in e.specs]
-    truth = {(m.split("~")[0], n): rng.lognormal(0.0, 0.5, samples) * SCALE[n] for m in models for n in SCALE}
+    twins = RunConfig(models=list(models)).twins  # the models as the command line gives them, read once
+    truth = {(m.base_model, n): rng.lognormal(0.0, 0.5, samples) * SCALE[n] for m in twins for n in SCALE}
     labels = np.arange(samples) % 10
     n_rows = 0
     for spec in specs:
         strength = 1.0 + rng.exponential(0.15)       # ≥ 1: how far above the true minimum it lands
         fail_rate = rng.choice([0.0, 0.0, 0.05, 0.3])
-        for model in models:
-            base = model.split("~")[0]
+        for twin in twins:
+            model, base = twin.name, twin.base_model
             d = truth[(base, spec.norm)] * strength * rng.lognormal(0.0, 0.08, samples)
             d[rng.random(samples) < fail_rate] = np.inf
             d[labels == 7] = 0.0 if base == "digits-mlp-tiny" else d[labels == 7]  # misclassified clean

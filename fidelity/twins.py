@@ -48,7 +48,7 @@ from scipy import stats as sps
 
 from typing import Iterable
 
-from attackaudit.results.schema import BATCH, PERM, SHIFT, SPLIT, with_twin_columns
+from attackaudit.results.schema import BATCH, PERM, SHIFT, SPLIT
 
 from .flag_kinds import flag_of_twin
 
@@ -130,7 +130,7 @@ def differs(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
 def _pairs(t: pd.DataFrame) -> pd.DataFrame:
     """Rows of every twin joined to its base model's rows: base, twin, kind, norm, impl key,
     family, sample, best_distance (base), best_distance_twin."""
-    t = with_twin_columns(t).assign(**{c: t[c] if c in t.columns else v for c, v in (
+    t = t.assign(**{c: t[c] if c in t.columns else v for c, v in (
         ("best_margin", np.nan), ("rng_used", False), ("returned_fallback", ""))})
     twins = t[is_twin(t)]
     cols = ["norm", *IMPL_KEY, "sample", "best_distance", "best_margin", "rng_used", "returned_fallback"]

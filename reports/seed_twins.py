@@ -24,7 +24,7 @@ from attackaudit.fidelity import prepare, twins_of  # every fidelity check reads
 from attackaudit.fidelity.equivalence import answer, pair_test, pair_values
 from attackaudit.fidelity.stats import ALPHA, holm
 from attackaudit.fidelity.twins import seed_twin_check
-from attackaudit.results.schema import SEED, Twin, with_models, with_twin_columns
+from attackaudit.results.schema import SEED, Twin, with_models
 
 COLUMNS = ["model", "norm", "implementation", "library_version", "n", "n_differ", "largest_relative_difference",
            "answer", "flags", "rng_used", "declared"]
@@ -47,9 +47,9 @@ def seed_twin_table(table: pd.DataFrame, flags: pd.DataFrame, declared: dict[str
     ``equivalence.pair_test`` of seed twin against model (both endpoints), Holm over the rows;
     ``flags`` the flags raised on the seed twin that its model does not have (none expected). None when the run has no
     ``~seed`` rows."""
-    if not (with_twin_columns(table)["twin"] == SEED).any():
-        return None
     t = prepare(table)
+    if not (t["twin"] == SEED).any():
+        return None
     check = seed_twin_check(t)
     if check.empty:
         return pd.DataFrame(columns=COLUMNS)

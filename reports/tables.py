@@ -124,8 +124,7 @@ def _one_line(text: object, limit: int = 300) -> str:
 def sample_distances(table: pd.DataFrame) -> pd.DataFrame:
     """Per (model, norm, implementation, version, sample): best distance (NaN → inf) and the model's
     ``twin`` kind, last row wins."""
-    t = with_twin_columns(table.copy())
-    t = with_implementation(t)
+    t = with_implementation(table.copy())
     for col in ("implementation", "library_version", "model", "norm"):
         t[col] = t[col].fillna("").astype(str)
     t["best_distance"] = pd.to_numeric(t["best_distance"], errors="coerce").astype(float).fillna(np.inf)

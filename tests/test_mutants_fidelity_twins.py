@@ -21,6 +21,7 @@ import pytest
 from attackaudit.fidelity import class_failure as cf
 from attackaudit.fidelity import eps_use as eu
 from attackaudit.fidelity import twins as tw
+from attackaudit.results.schema import parse_model_name, with_models
 
 
 #: the twins' null rates these tables were worked out at: the arithmetic is checked here, the
@@ -377,7 +378,9 @@ def test_at_reads_a_norms_own_eps_then_the_bare_one_then_the_reference():
 
 def _twin_rows(model, dists, *, impl="lib/cw", version="1", family="cw", norm="l2", margins=None, fallback=None,
                rng=False):
-    return [{"model": model, "norm": norm, "implementation": impl, "library_version": version, "family": family,
+    twin = parse_model_name(model)  # a table made by hand carries the twin columns, as rows do
+    return [{"model": model, "base_model": twin.base_model, "twin": twin.kind, "norm": norm, "implementation": impl,
+             "library_version": version, "family": family,
              "sample": s, "best_distance": d, "best_margin": np.nan if margins is None else margins[s],
              "rng_used": rng, "returned_fallback": "" if fallback is None else fallback[s]}
             for s, d in enumerate(dists)]
@@ -712,7 +715,9 @@ LABELS = [0, 0, 1, 1, 2, 2]
 
 def _cf_rows(impl, version, dists, *, model="m1", family="pgd", norm="linf", labels=LABELS, queries=(10, 10),
              budget=100, status="ok"):
-    return [{"model": model, "norm": norm, "implementation": impl, "library_version": version, "family": family,
+    twin = parse_model_name(model)  # a table made by hand carries the twin columns, as rows do
+    return [{"model": model, "base_model": twin.base_model, "twin": twin.kind, "norm": norm, "implementation": impl,
+             "library_version": version, "family": family,
              "sample": s, "label": labels[s], "best_distance": d, "status": status, "forwards": queries[0],
              "backwards": queries[1], "budget": budget} for s, d in enumerate(dists)]
 
@@ -896,8 +901,9 @@ def test_judge_one_image_twin_and_skipped_jobs_before_judged_ones():
     r = tw.judge(t).iloc[0]
     assert (r["n"], r["n_differ"], r["p_value"]) == (1, 1, pytest.approx(0.05))
     # a randomised split job (base a) is skipped; base b's is still judged
-    a = _split_table(rng=True).assign(model=lambda d: d["model"].str.replace("m", "a", regex=False))
-    b = _split_table().assign(model=lambda d: d["model"].str.replace("m", "b", regex=False))
+    a, b = _split_table(rng=True), _split_table()
+    a = with_models(a, [parse_model_name(m.replace("m", "a")) for m in a["model"]])
+    b = with_models(b, [parse_model_name(m.replace("m", "b")) for m in b["model"]])
     assert tw.judge(pd.concat([a, b]), ("split",))["base"].tolist() == ["b"]
 
 

@@ -125,3 +125,69 @@ def test_no_model_column_is_reassigned_without_its_twin_columns():
                "def h(t):\n    t.loc[t.a, 'model'] = 'x'\n\ndef k(t):\n    return with_models(t, ['x'])\n\n"
                "def n(t):\n    return t.assign(model='x', base_model='x', twin='')\n")
     assert model_reassignments(planted, "m.py") == {"m.py:f", "m.py:g", "m.py:h"}
+
+
+#: "folder/module.py:function" → why it may read a model name's ``~KIND``: a boundary where names
+#: come in. Everything past them carries a ``Twin`` (``RunConfig.twins``, ``Job.twin``) or reads the
+#: ``base_model`` and ``twin`` columns. An entry no longer found fails too, so the list only shrinks
+NAME_READERS = {
+    "harness/results/schema.py:parse_model_name": "the reader itself",
+    "harness/results/schema.py:name": "the writer (Twin.name), which reads nothing",
+    "harness/results/schema.py:with_twin_columns": "rows written before the twin columns, and tables made by hand",
+    "harness/results/schema.py:with_models": "a table renamed by names (tests, benchmarks' hand tables)",
+    "harness/run/config.py:twins": "the run's models: the command line, a TOML file, compare()",
+    "harness/cli/exact.py:main": "attackaudit exact --model",
+}
+#: "folder/module.py:function" → why it calls ``with_twin_columns``: where a table enters a layer
+TABLE_DOORS = {
+    "harness/results/store.py:load_run": "a run directory read (rows written before the twin columns)",
+    "fidelity/_table.py:prepare": "fidelity's door: a table given to the analysis (from disk or by hand)",
+    "fidelity/_table.py:without_twins": "a table not yet prepared",
+    "fidelity/synthetic.py:job_rows": "tables made by hand (tests, benchmarks)",
+    "reports/tables.py:build": "the report's door",
+    "benchmarks/real_noise.py:load": "the stored noise corpus",
+    "benchmarks/yardstick.py:seeds": "the stored runs",
+    "benchmarks/yardstick.py:images": "the stored runs",
+}
+
+
+def _functions_calling(source: str, module: str, names: set[str]) -> set[str]:
+    """"module:function" of each function (the innermost) that names one of ``names`` or splits,
+    partitions or searches a string by the twin separator "~"."""
+    found = set()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+    def reads(n: ast.AST) -> bool:
+        if isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Attribute) and n.attr in names:
+            return True
+        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr in {"split", "rsplit", "partition", "rpartition", "contains", "endswith"}
+                and any(isinstance(a, ast.Constant) and a.value == "~" for a in n.args))
+
+    for func in ast.walk(ast.parse(source, module)):
+        if isinstance(func, kinds):
+            inner = {id(n) for f in ast.walk(func) if f is not func and isinstance(f, kinds) for n in ast.walk(f)}
+            if any(reads(n) for n in ast.walk(func) if id(n) not in inner):
+                found.add(f"{module}:{func.name}")
+    return found
+
+
+def _found(names: set[str]) -> set[str]:
+    return {hit for folder in FOLDERS + ("adapters",) for p in sorted((ROOT / folder).rglob("*.py"))
+            for hit in _functions_calling(p.read_text(), p.relative_to(ROOT).as_posix(), names)}
+
+
+def test_a_model_name_is_read_only_where_names_come_in():
+    """Issue 52: the "~" is read at the boundaries (``NAME_READERS``), never again by a later layer."""
+    found = _found({"parse_model_name", "TWIN_SEP"})
+    assert found - set(NAME_READERS) == set(), "take a Twin (RunConfig.twins, Job.twin) or the twin columns"
+    assert set(NAME_READERS) - found == set(), "no longer found: delete from NAME_READERS"
+    planted = ("def f(m):\n    return parse_model_name(m)\n\ndef g(m):\n    return m.split('~')[0]\n\n"
+               "def h(t):\n    return t['model'].str.contains('~')\n\ndef k(m):\n    return m.split('/')\n")
+    assert _functions_calling(planted, "m.py", {"parse_model_name"}) == {"m.py:f", "m.py:g", "m.py:h"}
+
+
+def test_tables_get_their_twin_columns_at_the_doors():
+    found = _found({"with_twin_columns"})
+    assert found - set(TABLE_DOORS) == set(), "read the base_model and twin columns of a loaded or prepared table"
+    assert set(TABLE_DOORS) - found == set(), "no longer found: delete from TABLE_DOORS"
