@@ -20,6 +20,10 @@ STANDING_COLUMNS = ["norm", "implementation", "library_version", "yardstick", "r
                     "who", "n_images", "flagged", "status", "samples_needed", "reason", "shortfall",
                     "norm_expected_ratio"]
 
+#: the column of ``annotate``'s rows that keeps the advice its words give (a tuple of ``Advice``):
+#: each view words it from these values (reports/wording.py ``report_advice``)
+ADVICE = "advice"
+
 
 def images_needed(beyond: int, n: int, alpha: float = ALPHA, power: float = 0.8, cap: int = 4096) -> int | None:
     """The fewest images at which the sign test would show a job's median beyond its bound with
@@ -134,6 +138,7 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
         if col not in out.columns:
             out[col] = np.nan
     out["yardstick"] = out["yardstick"].astype(object)
+    advised: dict = {}  # row → the advice its words give, kept as values (``ADVICE``)
     for i, row in out.iterrows():
         norm = str(row["norm"])
         members = []
@@ -158,6 +163,8 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
             need = s.get("samples_needed")
             advice = (Advice("samples", int(need)) if np.isfinite(_num(need))  # worded: str(advice)
                       else "more images would not decide it")
+            if isinstance(advice, Advice):
+                advised[i] = (advice,)
             words = (f"{row['implementation']}'s median per-image distance, {ratio_text(s)}, lies beyond its "
                      f"yardstick ({s['bound_ratio']:.2f}×, where {s['who']} get {s['expected_ratio']:.2f}×), "
                      f"not shown on these images: {advice}")
@@ -176,6 +183,7 @@ def annotate(rec: pd.DataFrame, stand: pd.DataFrame) -> pd.DataFrame:
             else:
                 extra = f"no yardstick judged it ({s.get('reason') or 'no exact minimum or strong envelope'})"
             out.at[i, "summary"] = f"{row['summary']}; {extra}"
+    out[ADVICE] = [advised.get(i, ()) for i in out.index]
     return out
 
 

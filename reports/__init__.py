@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from attackaudit.fidelity.recommend import expectation_source
+from attackaudit.fidelity.yardstick_verdicts import ADVICE
 from .run_files import dump_json, load_repeats, load_runs, records, write_tables
 from .tables import ReportData, build
 from attackaudit.errors import InputError
@@ -48,7 +49,9 @@ def write_report_data(data: ReportData, out: Path, formats: Iterable[str] = FORM
     written = write_tables(data, out, json_too="json" in formats)
     if "json" in formats:
         written["report.json"] = dump_json({
-            "summary": data.summary, "notes": data.notes, "recommendation": records(data.recommend),
+            "summary": data.summary, "notes": data.notes, "recommendation": records(
+                # the advice values stay in memory for each view's words; report.json has the sentences
+                data.recommend.drop(columns=[ADVICE], errors="ignore")),
             "expected_strength_source": expectation_source(), "crashes": records(data.crashes)},
             out / "report.json")
     if "md" in formats:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from attackaudit.fidelity.advice import Advice, advice_sentence
+from attackaudit.fidelity.advice import Advice, advice_of, advice_sentence
 from attackaudit.fidelity.defects import EPS_UNUSED_RATIO
 from attackaudit.fidelity.flag_kinds import defects, evidence_twins, weaknesses
 from attackaudit.fidelity.flags import LAST_NOT_BEST_RTOL  # 'returned worse': the last_not_best rule's margin
@@ -118,13 +118,32 @@ class Answer:
         return self.verdict not in ("none",)
 
     @property
+    def deciding(self) -> Member | None:
+        """Of an inconclusive verdict, the member whose comparison needs the most images to decide
+        (its ``images_to_decide`` and ``decision``), else None."""
+        need = [m for m in self.members[1:] if math.isfinite(m.images_to_decide)]
+        if self.verdict != "inconclusive" or not need:
+            return None
+        return max(need, key=lambda m: m.images_to_decide)
+
+    @property
+    def rerun_advice(self) -> Advice | None:
+        """The advice that would decide an inconclusive verdict (rerun with that many images), None
+        where none would (the dataset is too small) or the verdict is not inconclusive."""
+        most = self.deciding
+        if most is None:
+            return None
+        held = advice_of([most.decision])
+        # a member without a decision's words is advised by its number of images alone
+        return held[0] if held else None if most.decision else Advice("samples", round(most.images_to_decide))
+
+    @property
     def rerun(self) -> str:
         """What would decide an inconclusive verdict (the advice "rerun with --samples N", an
         ``Advised`` that keeps its value for each view), else ""."""
-        need = [m for m in self.members[1:] if math.isfinite(m.images_to_decide)]
-        if self.verdict != "inconclusive" or not need:
+        most = self.deciding
+        if most is None:
             return ""
-        most = max(need, key=lambda m: m.images_to_decide)
         # the recommendation's own words: "cannot be decided on this dataset" when it is too small
         return most.decision or advice_sentence(Advice("samples", round(most.images_to_decide)))
 

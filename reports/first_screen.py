@@ -16,7 +16,6 @@ weak on its row, with that best named (``NormBest``).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -143,7 +142,7 @@ class ScreenRow:
     @property
     def rerun_text(self) -> str:
         """On the family's first row of an inconclusive verdict: the images that would decide, short."""
-        return short_rerun(self.answer.rerun) if self.span else ""
+        return short_rerun(self.answer) if self.span else ""
 
     @property
     def weaker_text(self) -> str:
@@ -167,18 +166,14 @@ class ScreenRow:
         return f"⚑ {len(self.flags)}" if self.flags else ""
 
 
-def short_rerun(text: str) -> str:
-    """An inconclusive verdict's "what would decide" in a few words (the evidence has the sentence):
-    "rerun: --samples N", "needs ≈N images" (more than the dataset has), or "more images won't decide"."""
-    if not text:
+def short_rerun(answer: Answer) -> str:
+    """An inconclusive verdict's "what would decide" in a few words (the evidence has the sentence),
+    from its values: "rerun: --samples N", or "needs ≈N images" (more than the dataset has)."""
+    most = answer.deciding
+    if most is None:
         return ""
-    m = re.search(r"rerun with (\S+ ?\d+|samples=\d+)", text)
-    if m:
-        return f"rerun: {m.group(1)}"
-    m = re.search(r"needs ≈(\d+) images", text)
-    if m:
-        return f"needs ≈{m.group(1)} images"
-    return "more images won't decide" if "would not decide" in text else text
+    advice = answer.rerun_advice
+    return f"rerun: {advice.phrase()}" if advice is not None else f"needs ≈{int(most.images_to_decide)} images"
 
 
 def weak_legend(rows: list[ScreenRow]) -> str:

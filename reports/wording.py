@@ -6,8 +6,7 @@ with --samples 12" in the command line's words, ``samples=12`` in ``compare()``'
 words it from those values. What the flag pattern below still rewrites is free prose: the
 harness's notes and errors (``--samples 40 is more than the 32 images the dataset has``), the
 parameters the reports' own sentences name ("another --seed gives others", "(--libraries)",
-"--metamorphic"), and advice whose value a caller did not hand over (a yardstick's "rerun with
---samples N" on a row that does not record N: worded by the pattern, as before). It is applied
+"--metamorphic"). Every advice fidelity gives is a value: no advice is worded by the pattern. It is applied
 where a message reaches the caller, at the rendering layer:
 ``attackaudit.compare``'s errors and notes, and a ``Result``'s verdicts, flags and report files.
 """
@@ -20,6 +19,7 @@ from typing import Iterable
 import pandas as pd
 
 from attackaudit.fidelity.advice import SAMPLES_N, Advice, advice_of, in_view
+from attackaudit.fidelity.yardstick_verdicts import ADVICE
 
 #: command-line flag → ``compare()`` argument: made from the parameter table (harness/results/parameters.py)
 from attackaudit.results.parameters import CLI_TO_API
@@ -55,13 +55,16 @@ def speak(text: str, style: str = "cli", advice: Iterable[Advice] = ()) -> str:
 def report_advice(recommend: pd.DataFrame) -> tuple[Advice, ...]:
     """Every advice a report of ``recommend`` (``fidelity.recommend``'s rows) shows: its members'
     decisions (each an ``Advised`` that keeps its value), the images each row needs to decide
-    (``images_to_decide``, which a row's summary advises), and the legends' "--samples N"."""
+    (``images_to_decide``, which a row's summary advises), the advice a yardstick's words give
+    (the ``advice`` column), and the legends' "--samples N"."""
     held = [SAMPLES_N]
     for members in recommend["trust_set"] if "trust_set" in recommend.columns else ():
         held += advice_of(m.get("decision") for m in members or [] if isinstance(m, dict))
     for need in recommend["images_to_decide"] if "images_to_decide" in recommend.columns else ():
         if isinstance(need, (int, float)) and math.isfinite(need):
             held.append(Advice("samples", round(need)))
+    for kept in recommend[ADVICE] if ADVICE in recommend.columns else ():  # a yardstick's, on its row
+        held += advice_of(kept if isinstance(kept, (tuple, list)) else ())
     return tuple(dict.fromkeys(held))
 
 

@@ -83,3 +83,27 @@ def test_a_report_of_rows_words_its_advice():
     assert speak_document(doc, "api", held) == ("<p>rerun: samples=103</p><style>:root{--samples 73}</style>"
                                                 "<p>samples=73; (rerun with samples=N)</p>")
     assert in_view(doc, "api", held).count("--samples") == 0  # the values alone word it all
+
+
+def test_a_yardstick_s_advice_is_kept_as_a_value_on_its_row():
+    """An only implementation whose yardstick is undecided is advised to rerun with the images the
+    yardstick needs: the row keeps that advice (``yardstick_verdicts.ADVICE``), so the API's words
+    come from the value, not from the flag pattern, and report.json keeps its sentences only."""
+    import pandas as pd
+
+    from attackaudit.fidelity.yardstick_verdicts import ADVICE, annotate
+
+    rec = pd.DataFrame({"family": ["pgd"], "norm": ["l2"], "implementation": ["lib/pgd"], "library_version": ["1"],
+                        "verdict": ["only implementation"], "trusted": [True], "summary": ["only implementation: lib/pgd"],
+                        "note": [""], "images_to_decide": [float("nan")], "samples_to_separate": [float("nan")],
+                        "trust_set": [[{"implementation": "lib/pgd", "library_version": "1"}]]})
+    stand = pd.DataFrame([{"implementation": "lib/pgd", "library_version": "1", "norm": "l2", "yardstick": "exact",
+                           "status": "undecided", "samples_needed": 61.0, "ratio": 1.3, "expected_ratio": 1.1,
+                           "bound_ratio": 1.25, "who": "sound pgd", "n": 16, "beyond": 9}])
+    out = annotate(rec, stand)
+    assert out.at[0, "verdict"] == "inconclusive" and "rerun with --samples 61" in out.at[0, "summary"]
+    assert out.at[0, ADVICE] == (Advice("samples", 61),)
+    held = report_advice(out)
+    assert Advice("samples", 61) in held
+    worded = in_view(out.at[0, "summary"], "api", held)
+    assert "rerun with samples=61" in worded and "--samples" not in worded
