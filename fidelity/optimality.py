@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ._table import IMPL_KEY, SAMPLE_KEY, impl_meta, long_distances, prepare, without_twins
+from ._table import IMPL_KEY, SAMPLE_KEY, group_rows, impl_meta, long_distances, prepare, without_twins
 from .curves import as_distances
 
 _trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")
@@ -112,15 +112,16 @@ def envelope(table: pd.DataFrame) -> pd.DataFrame:
 
 def _local(t: pd.DataFrame, eps_max: Mapping[str, float] | None) -> pd.DataFrame:
     long = long_distances(t)
+    distance, d_star, alive = (long[c].to_numpy() for c in ("distance", "d_star", "live"))
     rows = []
-    for (model, norm, impl, version), part in long.groupby(["model", "norm", *IMPL_KEY], sort=True):
-        d, ref = part["distance"].to_numpy(), part["d_star"].to_numpy()
+    for (model, norm, impl, version), at in group_rows(long, ["model", "norm", *IMPL_KEY]):
+        d, ref = distance[at], d_star[at]
         eps_given = (eps_max or {}).get(norm)
-        live = part["live"].to_numpy()
+        live = alive[at]
         rows.append({"model": model, "norm": norm, "implementation": impl, "library_version": version,
                      "optimality": optimality(d, ref, eps_given),
                      "optimality_attackbench": optimality_attackbench(d, ref),
-                     "eps0": eps0_of(ref, eps_given), "n_samples": int(len(part)),
+                     "eps0": eps0_of(ref, eps_given), "n_samples": int(len(at)),
                      "n_success": int((np.isfinite(d) & live).sum())})
     if not rows:
         return pd.DataFrame(columns=LOCAL_COLUMNS)
