@@ -141,7 +141,12 @@ def local_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None = 
 def global_optimality(table: pd.DataFrame, eps_max: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per (norm, implementation, library_version): mean local optimality over the real models it
     ran on (twins excluded; ``n_models`` says over how many). Columns: ``GLOBAL_COLUMNS``."""
-    local = _local(without_twins(prepare(table)), eps_max)
+    return global_of(_local(without_twins(prepare(table)), eps_max))
+
+
+def global_of(local: pd.DataFrame) -> pd.DataFrame:
+    """``global_optimality`` from the ``_local`` frame of a prepared table without twins (for a
+    caller that has it already: the same frame, computed once)."""
     if local.empty:
         return pd.DataFrame(columns=GLOBAL_COLUMNS)
     keys = ["norm", *IMPL_KEY, "library", "attack", "family"]

@@ -26,8 +26,8 @@ from scipy import stats
 
 from .equivalence import benjamini_hochberg
 from .known_defects import matches
-from ._table import prepared_rows
-from .optimality import global_optimality, local_optimality
+from ._table import prepared_rows, without_twins
+from .optimality import global_of, global_optimality, local_optimality
 from .stats import ALPHA
 
 #: an implementation with global ξ below this fraction of the best attack of its norm in the run is
@@ -139,10 +139,11 @@ def below_expected_strength(table: pd.DataFrame, eps_max: Mapping[str, float] | 
     """``below_expected_strength`` findings (``model == "*"``) for a prepared table without twins."""
     if table.empty:
         return []
-    glob = global_optimality(table, eps_max).merge(family_optimality(table, eps_max),
-                                                    on=["norm", "implementation", "library_version"], how="left")
-    g = strength_findings(glob)
     local = local_optimality(table, eps_max)
+    # of a table without twins, global_optimality's local frame is this one: computed once
+    glob = global_of(local) if len(without_twins(table)) == len(table) else global_optimality(table, eps_max)
+    glob = glob.merge(family_optimality(table, eps_max), on=["norm", "implementation", "library_version"], how="left")
+    g = strength_findings(glob)
     out = []
     for r in g[g["below_expected"]].itertuples(index=False):
         mine = local[(local["norm"] == r.norm) & (local["implementation"] == r.implementation)
