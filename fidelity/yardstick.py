@@ -31,10 +31,11 @@ implementation" included.
 ``BUILTIN_LIBRARIES``) is judged against its **norm's** yardstick whatever family it names: the
 loosest bound of the norm's strong families that are measured and not in shortfall. So renaming
 its family changes the siblings it is lined up with, never whether it is trusted. A built-in
-family without a measured bound (none of its implementations is sound, e.g. C&W L∞ and C&W L2 on
-the digits MLPs: every one carries a documented defect) is judged against the norm's yardstick too.
-A strong family whose sound members land far beyond the norm's other strong families at these
-settings (``shortfall``: adv-lib's PDGD and PDPGD at 0.25 of their steps) keeps its own bound,
+family without a measured bound (none of its implementations is sound, e.g. C&W L∞ on the digits
+MLPs: every one carries a documented distance defect or a flag) is judged against the norm's
+yardstick too. A strong family whose sound members land far beyond the norm's other strong families
+at these settings (``shortfall``: adv-lib's PDGD and PDPGD at 0.25 of their steps, C&W L2 at 0.25
+and 0.5) keeps its own bound,
 measured on those sound members: a member is a defect only when it is worse than they are (our
 settings' weakness is not a library's defect), and the family gets no trusted pick
 (``yardstick_verdicts.annotate`` says it is weak at these settings).

@@ -200,6 +200,8 @@ NOT_YET_RUN: set[tuple[str, str]] = {
     ("art-cw-linf-stops-without-improvement", "demo"),
     ("art-pgd-l1-one-pixel", "default"),
     ("art-pgd-l1-one-pixel", "demo"),
+    ("cleverhans-cw-l2-bound-alias", "default"),
+    ("cleverhans-cw-l2-bound-alias", "demo"),
     ("foolbox-bb-l0-batch-trust-region", "default"),
     ("foolbox-bb-l0-batch-trust-region", "demo"),
     ("foolbox-cw-l2-zero-fallback", "default"),
