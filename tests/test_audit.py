@@ -187,6 +187,19 @@ def test_targeted_cw_bug_of_0_2_6_is_regressed(cw_audits):
     assert "adv_lib/carlini_wagner_linf [linf] 0.2.2 -> 0.2.6: regressed" in stdout
 
 
+def test_strict_exits_1_on_the_regression(cw_audits, tmp_path):
+    """``--strict``: the 0.2.2 -> 0.2.6 audit of ``cw_audits`` (exit 0 there, without the flag) again
+    in a copy of its directory: both runs resume with nothing left to attack, the verdict is
+    regressed, so the audit exits 1."""
+    out = tmp_path / "cw"
+    shutil.copytree(cw_audits[0], out)
+    code, stdout, stderr = audit(["adv-lib==0.2.2", "adv-lib==0.2.6", "--strict", "--targeted", "--families", "cw",
+                                  "--norms", "linf", *GRID, "--out", str(out)])
+    assert code == 1, stderr
+    assert json.loads((out / "audit.json").read_text())["counts"] == {"regressed": 1}
+    assert stdout.count("1 jobs: 1 ok, 0 crashed, 0 timed out, 0 invalid (0 run now, 1 already done)") == 2, stdout
+
+
 def test_each_release_ran_under_its_own_environment(cw_fix):
     out, _ = cw_fix
     doc = json.loads((out / "audit.json").read_text())

@@ -264,16 +264,3 @@ def test_exact_seed_and_dataset_choose_the_samples(tmp_path, capsys):
     plain = cli_main([*EXACT, "--samples", "2", "--out", str(tmp_path / "p")]) == 0 and _solved(tmp_path / "p")
     assert not np.allclose(dark.sort_values("sample")["exact_distance"], plain.sort_values("sample")["exact_distance"])
     capsys.readouterr()
-
-
-# -- audit -------------------------------------------------------------------------------------
-def test_audit_strict_exits_1_on_a_regression(tmp_path, capsys):
-    """adv-lib 0.2.6's targeted C&W L∞, whose hand-written Adam step climbs the loss (test_audit.py
-    tells the story and checks that the same audit exits 0 without --strict), against 0.2.2, in the
-    release environments test_audit.py also uses (cached): regressed, so --strict exits 1."""
-    out = tmp_path / "audit"
-    assert cli_main(["audit", "adv-lib==0.2.2", "adv-lib==0.2.6", "--strict", "--targeted", "--families", "cw",
-                     "--norms", "linf", "--models", "digits-cnn", "--samples", "4", "--steps-scale", "0.1",
-                     "--quiet", "--out", str(out)]) == 1
-    assert json.loads((out / "audit.json").read_text())["counts"] == {"regressed": 1}
-    capsys.readouterr()
