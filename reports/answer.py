@@ -133,9 +133,10 @@ class Answer:
         most = self.deciding
         if most is None:
             return None
+        if not most.decision:  # a member without a decision's words is advised by its number of images alone
+            return Advice("samples", round(most.images_to_decide))
         held = advice_of([most.decision])
-        # a member without a decision's words is advised by its number of images alone
-        return held[0] if held else None if most.decision else Advice("samples", round(most.images_to_decide))
+        return held[0] if held else None
 
     @property
     def rerun(self) -> str:
@@ -145,7 +146,7 @@ class Answer:
         if most is None:
             return ""
         # the recommendation's own words: "cannot be decided on this dataset" when it is too small
-        return most.decision or advice_sentence(Advice("samples", round(most.images_to_decide)))
+        return most.decision or advice_sentence(self.rerun_advice)
 
 
 def _float(value: object, default: float = float("nan")) -> float:

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from attackaudit.results.schema import SHIFT, Twin
+from attackaudit.results.schema import SHIFT, Twin, as_twin
 
 EXACT_COLUMNS = ["model", "dataset", "subset_hash", "sample", "label", "norm", "exact_distance",
                  "lower_bound", "upper_bound", "status", "solve_s", "adversarial_class", "adversarial",
@@ -145,7 +145,7 @@ def load_network(model: Twin | str, dataset: str):
     through ``attackaudit.sources.model_loader``."""
     from attackaudit.sources.zoo import ZOO, load_model
 
-    twin = model if isinstance(model, Twin) else Twin(str(model))
+    twin = as_twin(model)
     if twin.kind in ("", SHIFT) and twin.base_model in ZOO:
         return load_model(twin)
     try:
@@ -207,6 +207,7 @@ def solve_subset(model: Twin | str, norm: str, subset, time_limit: float, *, mar
     """
     from attackaudit.exact.encoding import check_encoding, encode_sequential
 
+    model = as_twin(model)
     net = net if net is not None else load_network(model, subset.dataset)
     shape = tuple(subset.inputs.shape[1:])
     layers = encode_sequential(net, shape)
@@ -239,7 +240,7 @@ def solve_subset(model: Twin | str, norm: str, subset, time_limit: float, *, mar
                 store([{**row, "network_hash": key, "dataset": subset.dataset, "sample": idx, "input_hash": ih,
                         "norm": norm, "margin": margin, "time_limit": time_limit, "solver_version": SOLVER_VERSION,
                         "cpu_s": cpu_s}])
-        row |= {"margin": margin, "model": model.name if isinstance(model, Twin) else model, "dataset": subset.dataset, "subset_hash": subset.hash,
+        row |= {"margin": margin, "model": model.name, "dataset": subset.dataset, "subset_hash": subset.hash,
                 "sample": idx, "norm": norm}
         rows.append(row)
         if progress is not None:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from attackaudit.exact.cache import EXACT_COLUMNS, write_atomic  # noqa: F401  (EXACT_COLUMNS: the table's columns)
 from attackaudit.errors import InputError
-from attackaudit.results.schema import Twin
+from attackaudit.results.schema import Twin, as_twin
 
 
 def exact_path(out: Path, model: str, norm: str) -> Path:
@@ -49,7 +49,7 @@ def run_exact(model: Twin | str, norm: str, samples: int, seed: int, out: Path, 
         raise InputError(f"--time-limit must be positive, got {time_limit}", "time_limit")
     subset = load_subset(dataset, samples, seed)
     table, _ = solve_subset(model, norm, subset, time_limit, margin=margin, use_cache=use_cache, progress=progress)
-    write_atomic(table, exact_path(out, model.name if isinstance(model, Twin) else model, norm))
+    write_atomic(table, exact_path(out, as_twin(model).name, norm))
     return table
 
 

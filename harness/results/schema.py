@@ -48,6 +48,12 @@ class Twin:
         return Twin(self.base_model, kind)
 
 
+def as_twin(model: Twin | str) -> Twin:
+    """``model`` as a ``Twin``: a ``Twin`` as it is, a string as the model itself (its name is not
+    read for a twin suffix: ``parse_model_name`` does that where names come in)."""
+    return model if isinstance(model, Twin) else Twin(str(model))
+
+
 def parse_model_name(name: str) -> Twin:
     """The one reader of a model name's twin suffix (``NAME~KIND``, KIND one of ``TWIN_KINDS``;
     a "~" anywhere else, as in a path, is part of the name): where the command line, a config or

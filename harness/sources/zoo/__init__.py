@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from attackaudit.results.schema import MODEL_TWINS, PERM, SHIFT, Twin
+from attackaudit.results.schema import MODEL_TWINS, PERM, SHIFT, Twin, as_twin
 from attackaudit.sources.zoo.architectures import ARCHITECTURES
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -116,7 +116,7 @@ def load_model(model: Twin | str, device: str | torch.device = "cpu") -> nn.Modu
     """A zoo model in eval mode: ``model`` a zoo name or a ``Twin`` of one: ``Twin(NAME, SHIFT)``
     is its log-softmax twin, ``Twin(NAME, PERM)`` its class-permutation twin; the seed, split and
     batch twins are the model itself (those twins change how the job runs the attack, not the network)."""
-    twin = model if isinstance(model, Twin) else Twin(str(model))
+    twin = as_twin(model)
     base = twin.base_model
     if base not in ZOO:
         raise KeyError(f"unknown model {twin.name!r}; the zoo has {', '.join(ZOO)}")
