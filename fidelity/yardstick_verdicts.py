@@ -99,8 +99,14 @@ def verdict_text(s: Mapping) -> str:
     if not s or not s.get("flagged"):
         return ""
     ref = "the exact minimum" if s["yardstick"] == "exact" else "the strong envelope of its norm"
+    expected = pct_text(np.log(s["expected_ratio"]))
+    bound = f"(bound {s['bound_ratio']:.2f}×)"
+    if not np.isfinite(np.log(s["ratio"])):
+        # a median of ∞ is no distance "farther than" anything: most images found no adversarial
+        return (f"not trusted: it finds no adversarial on most images, where {s['who']} get {expected} "
+                f"than {ref} (median per image) {bound}")
     return (f"not trusted: {pct_text(np.log(s['ratio']))} than {ref} (median per image) where {s['who']} get "
-            f"{pct_text(np.log(s['expected_ratio']))} (bound {s['bound_ratio']:.2f}×)")
+            f"{expected} {bound}")
 
 
 def ratio_text(s: Mapping) -> str:

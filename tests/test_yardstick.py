@@ -323,3 +323,15 @@ def test_only_distance_class_corpus_cases_keep_an_implementation_out_of_the_boun
                     "cleverhans-cw-l2-batch-mean-const": ["cleverhans-cw-l2-bound-alias"],
                     "torchattacks-cw-batch-early-stop": [],  # keeps the one-hot max: a shift case
                     "art-cw-l2-flat-hinge-gradient": ["art-cw-l2-lower-bound-alias"]}
+
+
+def test_a_flagged_job_that_fails_on_most_images_is_worded_as_failing_not_as_a_distance():
+    # adv-lib's TR on the demo: a median of ∞ once read "it fails on most images than the exact minimum"
+    from attackaudit.fidelity.yardstick_verdicts import verdict_text
+    standing = dict(flagged=True, yardstick="exact", who="sound strong l2 attacks (ddn)", expected_ratio=1.01,
+                    bound_ratio=1.08)
+    failing = verdict_text({**standing, "ratio": math.inf})
+    assert failing.startswith("not trusted: it finds no adversarial on most images, where sound strong l2")
+    assert "images than" not in failing and "1% farther than the exact minimum" in failing
+    assert verdict_text({**standing, "ratio": 1.5}).startswith("not trusted: 50% farther than the exact minimum")
+    assert verdict_text({**standing, "ratio": 1.5, "flagged": False}) == ""
