@@ -9,7 +9,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # machines whose disk is tight (a CI run once stopped at "No space left on device" while installing)
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: test demo install docs clean-venv
+.PHONY: test test-slow demo install docs clean-venv
 
 $(STAMP): requirements.txt requirements-sdist.txt requirements-nodeps.txt requirements-docs.txt pyproject.toml .ci/chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,13 @@ install: $(STAMP)
 # two processes, each test file on one of them (its module fixtures run once): most tests wait on
 # child processes' imports, so the suite takes about half the time it takes on one process
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# the opt-in rest (docs/testing.md, "Opt-in tests"): the Monte-Carlo calibration on three models,
+# release audits beyond the one make test runs, and the second checks of a kill, Dask and stdin;
+# CI runs it after make test
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
 
 # the site with the API reference, into site/: only the docs tools are needed (mkdocstrings reads
 # the source, it imports nothing), and nothing is downloaded while it builds

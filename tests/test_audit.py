@@ -220,6 +220,7 @@ def test_each_release_ran_under_its_own_environment(cw_fix):
            {k: v for k, v in m_new["config"].items() if k != "python"}
 
 
+@pytest.mark.slow
 def test_deepfool_added_in_0_2_6_is_new_and_fmn_refactor_unchanged(df_added):
     out, _ = df_added
     assert verdicts(out)[("adv_lib/df", "l2")]["verdict"] == "new"  # 0.2.2 -> 0.2.8
@@ -232,13 +233,22 @@ def test_deepfool_added_in_0_2_6_is_new_and_fmn_refactor_unchanged(df_added):
     assert not (rows["status"] == "crash").any()
 
 
-def test_installed_environment_untouched_and_envs_reused(cw_fix, df_added, before):
+def _untouched_and_reused(before, versions):
     assert installed_state() == before
-    for version in ("0.2.2", "0.2.6"):
+    for version in versions:
         start = time.perf_counter()
         env = prepare_env("adv-lib", version, "adv_lib")
         assert env.reused and time.perf_counter() - start < 1.0
         assert Path(env.python).is_file()
+
+
+def test_installed_environment_untouched_and_envs_reused(cw_fix, before):
+    _untouched_and_reused(before, ("0.2.2", "0.2.6"))
+
+
+@pytest.mark.slow
+def test_installed_environment_untouched_and_envs_reused_after_a_bisect(cw_fix, df_added, before):
+    _untouched_and_reused(before, ("0.2.2", "0.2.6"))
 
 
 @needs_index
@@ -276,6 +286,7 @@ def test_audit_json_is_strict_json(cw_fix):
 
 
 # -- bisect ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bisect_finds_the_release_that_added_deepfool(df_added):
     out, stdout = df_added
     doc = json.loads((out / "audit.json").read_text())
@@ -335,6 +346,7 @@ def art_1_17(tmp_path_factory, before):
     return out, stdout, time.perf_counter() - start
 
 
+@pytest.mark.slow
 def test_release_needing_an_older_setuptools_gets_it_in_its_overlay_only(art_1_17, before):
     out, stdout, _ = art_1_17
     doc = json.loads((out / "audit.json").read_text())
@@ -357,6 +369,7 @@ def test_release_needing_an_older_setuptools_gets_it_in_its_overlay_only(art_1_1
     assert installed_state() == before
 
 
+@pytest.mark.slow
 def test_cache_key_covers_the_resolution(art_1_17, tmp_path):
     out, _, _ = art_1_17
     env = json.loads((out / "audit.json").read_text())["before"]["environment"]
@@ -371,6 +384,7 @@ def test_cache_key_covers_the_resolution(art_1_17, tmp_path):
     assert _still_valid(copy) is None
 
 
+@pytest.mark.slow
 @needs_index
 def test_pin_conflicting_with_torchvision_is_tried_and_named(tmp_path, before, monkeypatch):
     """cleverhans 3.1.0's pytorch extra pins torchvision==0.3.0: the overlay keeps the project's

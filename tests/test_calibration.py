@@ -71,14 +71,14 @@ DEFECT_RULES = {"out_of_ball | inside", "out_of_ball | out10", "eps_unused | wea
                 "label_bug (targets ignored) | weak", "label_bug (targets ignored) | ignore"}
 
 
-@pytest.mark.parametrize("models", [1, 3])
+@pytest.mark.parametrize("models", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_flag_rules_and_audit_fpr_and_power(models):
     res = calibrate(20, [16], [models], only=SLOW)
     _check(res, {("optimality_gap", "far20"): 0.8, ("audit regressed", "far20"): 0.8,
                  ("label_bug (class)", "class"): 0.2})
 
 
-@pytest.mark.parametrize("models", [1, 3])
+@pytest.mark.parametrize("models", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_defect_rules_fpr_and_power(models):
     """At 16 images a deterministic batch dependence on 35% of them (about 6 differing images)
     is found in 0.39–0.42 of the repetitions (0.96/0.86 before its split twin's differences had
@@ -110,7 +110,7 @@ JOB_RULES = {"last_not_best | fixed", "last_not_best | minimal", "last_not_best 
              "below_expected_strength | far3", "below_exact | float", "below_exact | under5"}
 
 
-@pytest.mark.parametrize("models", [1, 3])
+@pytest.mark.parametrize("models", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_job_rules_shift_and_strength_fpr_and_power(models):
     """last_not_best, silent_failure, budget_overrun, nondeterminism, shift_sensitivity's nulls and
     below_expected_strength at 16 images. The rare defects (5% of the cases) are floors near the

@@ -1,5 +1,6 @@
 """Dask and local executors give identical per-sample rows; seeded runs are deterministic."""
 import pandas as pd
+import pytest
 
 import attackaudit
 from attackaudit.run.config import resolve
@@ -23,6 +24,7 @@ def test_every_executor_runs_a_job_on_the_same_torch_threads_whatever_the_worker
     assert LocalExecutor(1).threads == LocalExecutor(4).threads == InProcessExecutor().threads == JOB_THREADS == 1
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_matches_local_executor(tmp_path):
     local = run(resolve(None, {**GRID, "out": str(tmp_path / "local")}))
     dask = run(resolve(None, {**GRID, "out": str(tmp_path / "dask"), "executor": "dask", "workers": 2}))

@@ -61,6 +61,7 @@ def _script(out: Path, guarded: bool) -> str:
     return body + ('if __name__ == "__main__":\n    main()\n' if guarded else "main()\n")
 
 
+@pytest.mark.slow
 def test_compare_from_standard_input_or_c_runs_like_a_notebook(tmp_path):
     """Workers are spawned without the caller's ``__main__`` (executors._main_left_behind): a
     script on standard input or ``-c`` has no file to re-run, and needs none (the model travels

@@ -136,6 +136,7 @@ def source_tree(root: Path, name: str = "tinydist") -> Path:
         "tinypkg/__init__.py": "VALUE = 1\n"})
 
 
+@pytest.mark.slow
 def test_a_candidate_is_installed_and_labelled_with_its_hash(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTACKAUDIT_PIP_ARGS", NO_INDEX)
     src = source_tree(tmp_path / "src")
@@ -179,6 +180,7 @@ def test_installed_versions_and_the_kept_stack():
     assert stack.startswith(f"torch {importlib.metadata.version('torch')}, ") and "numpy " in stack
 
 
+@pytest.mark.slow
 def test_inspect_reads_a_release_or_says_why_not(tmp_path):
     info = audit_env._inspect(sys.executable, "torchattacks", "torchattacks")
     assert info["version"] == importlib.metadata.version("torchattacks") and info["available"] and info["imports"]
@@ -200,6 +202,7 @@ def test_the_current_interpreter_is_named_by_its_path(tmp_path):
     assert not is_current_interpreter(str(link))  # another environment sharing the binary
 
 
+@pytest.mark.slow
 def test_run_under_refuses_what_cannot_run(tmp_path):
     script = tmp_path / "python"
     script.write_text("")
@@ -296,6 +299,7 @@ def test_a_candidate_environment_is_built_recorded_and_reused(tmp_path, offline_
     assert again.added_requirements == ["tinydep==0.3"] and len(calls) == 1
 
 
+@pytest.mark.slow
 def test_an_implied_requirement_is_tried_once_then_the_release_is_refused_in_one_line(
         tmp_path, offline_candidate, monkeypatch):
     """A release whose import lacks ``pkg_resources`` gets ``setuptools<82`` (IMPLIED) once; when

@@ -110,7 +110,7 @@ def _flagged(rule: str, n: int, k: int, farther: int) -> bool:
     return bool(defects.success_ignores_target(prepare(t)))
 
 
-@pytest.mark.parametrize("scale", [1, 10])
+@pytest.mark.parametrize("scale", [1, pytest.param(10, marks=pytest.mark.slow)])
 def test_a_sound_implementation_at_its_measured_512_image_share_is_not_flagged(scale):
     rows = SOUND[(SOUND["images"] == 512) & (SOUND["k"] > 0)]
     assert len(rows)

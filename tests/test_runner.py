@@ -158,6 +158,7 @@ def _dies(pid: int, within_s: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_kills_while_a_job_runs_then_rerun_equals_an_uninterrupted_run(tmp_path):
     """SIGKILL lands while a job runs (its attack is held inside the worker): first while the first
     job runs, then, after letting that one finish, while the second runs. Nothing of a killed job is
