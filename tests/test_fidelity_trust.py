@@ -179,7 +179,9 @@ def test_sole_implementation_says_only_implementation_and_how_it_stands():
 # discreteness correction, and the exact tests stall where it says they decide on small, tied or
 # partly failed samples (the random profile finds such a sample on 5 of 20 seeds with this domain,
 # on 8 of 16 without failures, on 6 of 12 with 16-30 distinct non-zero values; the CI profile's
-# examples found one on 2026-12-06): fidelity/README.md "Open". Kept to show where it fails.
+# examples found one on 2026-12-06): fidelity/README.md "Open". Kept to show where it fails: an open
+# limitation shown, not a check, so opt-in
+@pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason="images_to_decide's normal plan undersizes small tied or partly failed "
                    "samples (fidelity/README.md 'Open')")
 @given(st.lists(st.floats(-0.3, 0.3), min_size=8, max_size=30), st.floats(0.0, 0.5), st.floats(0.0, 0.5))
