@@ -190,8 +190,6 @@ NOT_YET_RUN: set[tuple[str, str]] = {
     ("adv-lib-cw-l2-zero-division", "demo"),
     ("art-cw-l2-flat-hinge-gradient", "default"),
     ("art-cw-l2-flat-hinge-gradient", "demo"),
-    ("art-ead-squared-lr-decay", "default"),
-    ("art-ead-squared-lr-decay", "demo"),
     ("art-cw-l2-lower-bound-alias", "default"),
     ("art-cw-l2-lower-bound-alias", "demo"),
     ("art-cw-linf-gradient-ignores-const", "default"),
