@@ -321,22 +321,13 @@ def carried(case) -> list:
 
 
 # ------------------------------------------------------------------ soundness
-def _other_class_case(reason: str) -> bool:
-    """Whether ``reason`` names a defect-corpus case that is not of the distance class
-    (``distance_class``): such a case does not by itself make an implementation unsound here."""
-    from defect_cases import load_cases
-    if not reason.startswith("defect corpus case "):
-        return False
-    ids = {c.id: c for c in load_cases()}
-    case = ids.get(reason[len("defect corpus case "):])
-    return case is not None and not distance_class(case)
-
-
 def unsound(table: pd.DataFrame, corpus_rows: bool) -> dict[tuple[str, str], list[str]]:
     """(implementation, norm) -> why it is not sound in this source: its flags (all but the
-    yardstick's own) and, for the corpus, ``held_out.dropped``'s reasons. Of the defect corpus
-    only the distance-class cases count (``distance_class``, ``documented``): a case of another
-    class makes its implementation unsound through the flag that names it where it acts."""
+    yardstick's own) and, for the corpus, ``held_out.dropped``'s reasons but its defect-corpus cases.
+    The corpus is ``documented``'s alone (``main`` adds it for every source): the distance-class
+    cases whose defect is in the installed release, so a release that fixed one (foolbox 3.3.4's
+    DDN, the fix of foolbox-ddn-recursive-annealing) stays a source, and a case of another class
+    makes its implementation unsound through the flag that names it where it acts."""
     from attackaudit.fidelity import flags
     from attackaudit.fidelity.yardstick import FLAG
     out: dict[tuple[str, str], list[str]] = {}
@@ -349,16 +340,13 @@ def unsound(table: pd.DataFrame, corpus_rows: bool) -> dict[tuple[str, str], lis
         import real_noise as rn
         c = rn.load()
         for k, why in held_out.dropped(c).items():
-            why = [w for w in why if not _other_class_case(w)]
+            why = [w for w in why if not w.startswith("defect corpus case ")]
             if why:
                 out.setdefault((str(k[0]), str(k[1])), []).extend(why)
     else:
         for rule, keys in __import__("real_noise").KNOWN_DEFECTS.items():
             for k in keys:
                 out.setdefault(k, []).append(f"known {rule} defect")
-        # the corpus's distance-class cases are ``documented``'s (``main`` adds them for every source):
-        # only those whose defect is in the installed release, so a release that fixed one (foolbox
-        # 3.3.4's DDN, the fix of foolbox-ddn-recursive-annealing) stays a source
     return out
 
 

@@ -266,9 +266,9 @@ def test_the_defect_corpus_cases_of_a_worse_distance_are_named_beside_clean_patc
     from defect_cases import load_cases
     import defect_corpus as dc
 
-    def flagged(table, impl, norm, version=None):
+    def flagged(table, case, impl, version=None):
         a = Y.assess(table, dc.case_exact(case), dc.case_settings(case))
-        mine = (a["implementation"] == impl) & (a["norm"] == norm) & a["flagged"]
+        mine = (a["implementation"] == impl) & (a["norm"] == case.norm) & a["flagged"]
         if version is not None:
             mine &= a["library_version"].astype(str) == version
         return bool(mine.any())
@@ -279,7 +279,7 @@ def test_the_defect_corpus_cases_of_a_worse_distance_are_named_beside_clean_patc
     for case in cases:
         defect, fix = dc.recorded(case)
         table, impl, version = dc.fix_table(case, defect, fix)
-        on_defect, on_fix = flagged(defect, case.implementation, case.norm), flagged(table, impl, case.norm, version)
+        on_defect, on_fix = flagged(defect, case, case.implementation), flagged(table, case, impl, version)
         assert (on_defect and not on_fix) != bool(case.inseparable), (case.id, on_defect, on_fix)
 
 
@@ -326,12 +326,14 @@ def test_only_distance_class_corpus_cases_keep_an_implementation_out_of_the_boun
     cases = {c.id: c for c in load_cases()}
     assert all(Y.FLAG in cases[r.removeprefix("defect corpus case ")].flags for v in doc.values() for r in v)
     # a release that fixed a distance case's defect is a source: foolbox 3.3.4's DDN (foolbox 3.2.1 shipped
-    # foolbox-ddn-recursive-annealing), also in a run directory's rows, where the corpus once named every
-    # distance case's implementation whatever its release
+    # foolbox-ddn-recursive-annealing), in the noise corpus's rows and a run directory's alike, where the
+    # corpus once named every distance case's implementation (or spec) whatever its release
     assert ("foolbox/DDNAttack", "l2") not in doc
     import defect_corpus as dc
     _, fix = dc.recorded(cases["foolbox-ddn-recursive-annealing"])
-    assert not [w for v in bench.unsound(fix, corpus_rows=False).values() for w in v if "defect corpus" in w]
+    for corpus_rows in (False, True):
+        why = bench.unsound(fix, corpus_rows=corpus_rows)
+        assert not [w for v in why.values() for w in v if "defect corpus case" in w], corpus_rows
     kept = {i: [o.id for o in bench.carried(cases[i])] for i in (
         "cleverhans-cw-l2-bound-alias", "cleverhans-cw-l2-batch-mean-const", "torchattacks-cw-batch-early-stop",
         "art-cw-l2-flat-hinge-gradient")}
